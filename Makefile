@@ -1,0 +1,31 @@
+# Two commands: `make reproduce` (quick presets of every experiment) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv reproduce test lint clean-venv
+
+venv: $(STAMP)
+
+# torch 2.13.0 (CPU, from local disk) first; then rlq[dev] constrained so nothing swaps torch for a CUDA build.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rlq)" >/dev/null
+	touch $(STAMP)
+
+reproduce: $(STAMP)
+	$(BIN)/rlq reproduce --preset quick
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check rlq tests benchmarks
+	$(BIN)/ruff format --check rlq tests benchmarks
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,255 @@
+"""Stable-Baselines3 agents: build one with a proper logger, train it with checkpoints, resume it.
+
+Every SB3 model made here writes its logs into the run folder (or nowhere), never into an
+``SB3-<timestamp>`` folder in the system's temporary directory.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.logger import CSVOutputFormat, Logger
+
+from rlq.envs import is_atari, make_vec_env
+from rlq.runs import read_json, write_json
+from rlq.seeding import seed_everything
+
+ALGORITHM_NAMES = ("A2C", "PPO", "DQN", "TD3", "SAC", "DDPG")
+
+#: Tuned settings from RL Baselines3 Zoo (hyperparams/*.yml) for the pairs rlq's presets use, with
+#: learning-rate schedules replaced by their constants. Anything else starts from SB3's defaults.
+TUNED_HYPERPARAMS: dict[tuple[str, str], dict[str, Any]] = {
+    ("PPO", "CartPole-v1"): dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                                 ent_coef=0.0, learning_rate=1e-3, clip_range=0.2),
+    ("DQN", "CartPole-v1"): dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+                                 gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+                                 exploration_fraction=0.16, exploration_final_eps=0.04,
+                                 policy_kwargs=dict(net_arch=[256, 256])),
+    ("A2C", "CartPole-v1"): dict(ent_coef=0.0),
+    ("TD3", "Pendulum-v1"): dict(gamma=0.98, buffer_size=200_000, learning_starts=10_000, action_noise_std=0.1,
+                                 learning_rate=1e-3, policy_kwargs=dict(net_arch=[400, 300])),
+    ("SAC", "Pendulum-v1"): dict(learning_rate=1e-3),
+    ("TD3", "HalfCheetah-v5"): dict(learning_starts=10_000, action_noise_std=0.1),
+    ("SAC", "HalfCheetah-v5"): dict(learning_starts=10_000),
+}
+
+
+def algorithm_class(name: str) -> type:
+    """Return the SB3 algorithm class called ``name`` (case-insensitive), or raise naming the choices."""
+    import stable_baselines3 as sb3
+
+    key = name.upper()
+    if key not in ALGORITHM_NAMES:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHM_NAMES)}")
+    return getattr(sb3, key)
+
+
+def quiet_logger(folder: str | Path | None = None, filename: str = "progress.csv") -> Logger:
+    """Return an SB3 logger writing CSV into ``folder`` (or nothing at all when it is None)."""
+    if folder is None:
+        return Logger(folder=None, output_formats=[])
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return Logger(folder=str(folder), output_formats=[CSVOutputFormat(str(folder / filename))])
+
+
+def _build_kwargs(algo: str, env, hyperparams: dict[str, Any]) -> dict[str, Any]:
+    kwargs = dict(hyperparams)
+    noise_std = kwargs.pop("action_noise_std", None)
+    if noise_std is not None:
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        n = env.action_space.shape[0]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(n), noise_std * np.ones(n))
+    return kwargs
+
+
+def make_model(
+    algo: str,
+    env_id: str,
+    seed: int = 0,
+    n_envs: int = 1,
+    hyperparams: dict[str, Any] | None = None,
+    policy: str | None = None,
+    log_dir: str | Path | None = None,
+):
+    """Return a new SB3 model on ``n_envs`` seeded copies of ``env_id`` (tuned defaults, then ``hyperparams``).
+
+    ``policy`` defaults to ``CnnPolicy`` for Atari and ``MlpPolicy`` otherwise; ``hyperparams`` may hold
+    ``action_noise_std`` (Gaussian exploration noise for TD3/DDPG/SAC) besides the algorithm's own arguments.
+    """
+    cls = algorithm_class(algo)
+    seed_everything(seed)
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    params = {**TUNED_HYPERPARAMS.get((algo.upper(), env_id), {}), **(hyperparams or {})}
+    policy = policy or ("CnnPolicy" if is_atari(env_id) else "MlpPolicy")
+    try:
+        model = cls(policy, env, seed=seed, verbose=0, **_build_kwargs(algo, env, params))
+    except TypeError as e:
+        raise ValueError(f"bad hyperparameter for {algo}: {e}") from e
+    model.set_logger(quiet_logger(log_dir))
+    return model
+
+
+class EpisodeRecorder(BaseCallback):
+    """Collect every finished episode's return and length with the timestep and wall time it ended at."""
+
+    def __init__(self, rows: list[dict[str, float]] | None = None, wall_offset: float = 0.0):
+        super().__init__()
+        self.rows = rows if rows is not None else []
+        self.wall_offset = wall_offset
+        self._start = time.perf_counter()
+
+    def _on_training_start(self) -> None:
+        self._start = time.perf_counter()
+
+    def wall_time(self) -> float:
+        """Return the seconds of training so far, including earlier attempts of a resumed run."""
+        return self.wall_offset + time.perf_counter() - self._start
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", []):
+            episode = info.get("episode")
+            if episode is not None:
+                self.rows.append(dict(timestep=self.num_timesteps, episode_return=float(episode["r"]),
+                                      episode_length=int(episode["l"]), wall_time_s=self.wall_time()))
+        return True
+
+    def frame(self) -> pd.DataFrame:
+        """Return the learning curve as a DataFrame (one row per finished episode)."""
+        return pd.DataFrame(self.rows, columns=["timestep", "episode_return", "episode_length", "wall_time_s"])
+
+
+_CKPT = re.compile(r"model_(\d+)_steps\.zip$")
+
+
+def latest_checkpoint(folder: str | Path) -> tuple[int, Path] | None:
+    """Return ``(timesteps, path)`` of the newest complete checkpoint in ``folder``, or None."""
+    found = []
+    for p in Path(folder).glob("model_*_steps.zip"):
+        m = _CKPT.search(p.name)
+        if m and (p.parent / f"curve_{m.group(1)}_steps.csv").exists() and (p.parent / f"state_{m.group(1)}_steps.json").exists():
+            found.append((int(m.group(1)), p))
+    return max(found) if found else None
+
+
+class Checkpointer(BaseCallback):
+    """Every ``every`` timesteps save model, learning curve and (off-policy) replay buffer, atomically.
+
+    Models and curves are kept, one file per checkpoint; only the newest replay buffer is kept, since
+    each one is as large as the buffer.
+    """
+
+    def __init__(self, folder: Path, every: int, recorder: EpisodeRecorder):
+        super().__init__()
+        self.folder, self.every, self.recorder = Path(folder), int(every), recorder
+        self._last = 0
+
+    def _on_training_start(self) -> None:
+        self._last = self.num_timesteps
+
+    def _on_step(self) -> bool:
+        if self.every > 0 and self.num_timesteps - self._last >= self.every:
+            self.save()
+        return True
+
+    def save(self) -> Path:
+        """Return the path of a checkpoint written now."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        steps = self.num_timesteps
+        target = self.folder / f"model_{steps}_steps.zip"
+        tmp_model = self.folder / f".tmp_model_{steps}.zip"
+        self.model.save(tmp_model)
+        if hasattr(self.model, "replay_buffer") and self.model.replay_buffer is not None:
+            tmp_buf = self.folder / f".tmp_replay_{steps}.pkl"
+            self.model.save_replay_buffer(tmp_buf)
+            tmp_buf.replace(self.folder / f"replay_{steps}_steps.pkl")
+            for old in self.folder.glob("replay_*_steps.pkl"):
+                if old.name != f"replay_{steps}_steps.pkl":
+                    old.unlink()
+        tmp_curve = self.folder / f".tmp_curve_{steps}.csv"
+        self.recorder.frame().to_csv(tmp_curve, index=False)
+        tmp_curve.replace(self.folder / f"curve_{steps}_steps.csv")
+        write_json(self.folder / f"state_{steps}_steps.json", {"timesteps": steps, "wall_time_s": self.recorder.wall_time()})
+        tmp_model.replace(target)  # the model last: its presence marks the checkpoint complete
+        self._last = steps
+        return target
+
+
+@dataclass
+class TrainResult:
+    """A trained model with its learning curve."""
+
+    model: Any
+    curve: pd.DataFrame
+    wall_time_s: float
+    resumed_from: int | None
+    checkpoint: Path | None
+
+
+def train_agent(
+    algo: str,
+    env_id: str,
+    total_timesteps: int,
+    seed: int = 0,
+    n_envs: int = 1,
+    hyperparams: dict[str, Any] | None = None,
+    run_dir: str | Path | None = None,
+    checkpoint_every: int = 0,
+    callback: BaseCallback | list[BaseCallback] | None = None,
+    policy: str | None = None,
+) -> TrainResult:
+    """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
+
+    With a ``run_dir``, checkpoints go to ``run_dir/checkpoints`` every ``checkpoint_every`` timesteps
+    (0: only at the end) and SB3's CSV log to ``run_dir/sb3``.
+    """
+    if total_timesteps < 1:
+        raise ValueError(f"total_timesteps must be >= 1, got {total_timesteps}")
+    ckpt_dir = Path(run_dir) / "checkpoints" if run_dir is not None else None
+    log_dir = Path(run_dir) / "sb3" if run_dir is not None else None
+    found = latest_checkpoint(ckpt_dir) if ckpt_dir is not None and ckpt_dir.exists() else None
+    if found is None:
+        model = make_model(algo, env_id, seed=seed, n_envs=n_envs, hyperparams=hyperparams, policy=policy)
+        rows, wall_offset, resumed = [], 0.0, None
+    else:
+        steps, path = found
+        env = make_vec_env(env_id, n_envs=n_envs, seed=seed + steps)  # fresh episodes, not a replay of the first
+        replay = ckpt_dir / f"replay_{steps}_steps.pkl"
+        try:
+            model = algorithm_class(algo).load(path, env=env)
+            if replay.exists():
+                model.load_replay_buffer(replay)
+        except Exception as e:  # a truncated or foreign file: say which one, and how to go on
+            raise RuntimeError(
+                f"checkpoint {path} (or its replay buffer) cannot be loaded: {type(e).__name__}: {e}. "
+                "Move it away to resume from the previous checkpoint."
+            ) from e
+        rows = pd.read_csv(ckpt_dir / f"curve_{steps}_steps.csv").to_dict("records")
+        wall_offset = float(read_json(ckpt_dir / f"state_{steps}_steps.json").get("wall_time_s", 0.0))
+        resumed = steps
+    model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv"))
+    recorder = EpisodeRecorder(rows, wall_offset)
+    callbacks: list[BaseCallback] = [recorder]
+    checkpointer = None
+    if ckpt_dir is not None:
+        checkpointer = Checkpointer(ckpt_dir, checkpoint_every, recorder)
+        callbacks.append(checkpointer)
+    if callback is not None:
+        callbacks.extend(callback if isinstance(callback, list) else [callback])
+    remaining = total_timesteps - model.num_timesteps
+    if remaining > 0:
+        model.learn(remaining, callback=CallbackList(callbacks), reset_num_timesteps=False)
+    last = None
+    if checkpointer is not None and (found is None or model.num_timesteps > found[0]):
+        last = checkpointer.save()
+    elif found is not None:
+        last = found[1]
+    return TrainResult(model, recorder.frame(), recorder.wall_time(), resumed, last)

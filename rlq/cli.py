@@ -1,0 +1,137 @@
+"""The ``rlq`` command: list experiments, show their parameters, run them into run folders."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlq.experiments import Experiment, ExperimentError, get_experiment, list_experiments
+from rlq.paths import default_runs_dir
+
+EXIT_BAD_INPUT = 2
+
+
+def _fmt_presets(exp: Experiment) -> str:
+    return ", ".join(f"{p} ({exp.wall_times[p]})" if p in exp.wall_times else p for p in exp.presets)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    experiments = list_experiments()
+    width = max((len(e.name) for e in experiments), default=10)
+    for exp in experiments:
+        print(f"{exp.name:<{width}}  {exp.description}")
+        print(f"{'':<{width}}  presets: {_fmt_presets(exp)}")
+    return 0
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    exp = get_experiment(args.name)
+    print(f"{exp.name}: {exp.description}")
+    rows = [(p.name, p.type_name, repr(p.default), p.comment) for p in exp.parameters.values()]
+    widths = [max(len(r[i]) for r in rows + [("name", "type", "default", "")]) for i in range(3)]
+    print(f"{'name':<{widths[0]}}  {'type':<{widths[1]}}  {'default':<{widths[2]}}  comment")
+    for name, kind, default, comment in rows:
+        print(f"{name:<{widths[0]}}  {kind:<{widths[1]}}  {default:<{widths[2]}}  {comment}")
+    for preset, values in exp.presets.items():
+        wall = f" [{exp.wall_times[preset]}]" if preset in exp.wall_times else ""
+        print(f"preset {preset}{wall}: " + ", ".join(f"{k}={v!r}" for k, v in values.items()))
+    return 0
+
+
+def _summary_line(name: str, outcome) -> str:
+    numbers = {k: v for k, v in outcome.results.items() if k not in ("experiment", "preset", "started", "finished")}
+    shown = ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in numbers.items()
+        if isinstance(v, (int, float, str)) and k not in ("status", "run_seconds", "error")
+    )
+    text = f"{name}: {outcome.status} in {outcome.results.get('run_seconds', 0):.1f} s"
+    if outcome.status != "ok":
+        text += f" ({outcome.results.get('error', '')})"
+    return f"{text}; {shown} -> {outcome.path}"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rlq.runner import resume_run, run_experiment
+
+    if args.resume:
+        if args.name or args.preset or args.param:
+            raise ExperimentError("--resume takes the run folder's own parameters: give no NAME, --preset or -p")
+        outcome = resume_run(args.resume, progress=not args.quiet, log_output=args.log_output)
+    else:
+        if not args.name:
+            raise ExperimentError("rlq run needs an experiment NAME (see `rlq list`) or --resume RUN_DIR")
+        print(f"rlq: running {args.name} (preset {args.preset or 'defaults'})", file=sys.stderr)
+        outcome = run_experiment(
+            args.name, args.preset, [tuple(p) for p in args.param], args.out,
+            progress=not args.quiet, log_output=args.log_output,
+        )
+    if not outcome.ok:
+        print(f"rlq: run {outcome.status}: {outcome.results.get('error', '')}", file=sys.stderr)
+    print(outcome.path)
+    return 0 if outcome.ok else 1
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from rlq.runner import run_experiment
+
+    lines, failed = [], 0
+    for exp in list_experiments():
+        if args.preset not in exp.presets:
+            lines.append(f"{exp.name}: skipped (no preset {args.preset!r})")
+            continue
+        print(f"rlq: running {exp.name} at preset {args.preset}", file=sys.stderr)
+        outcome = run_experiment(exp.name, args.preset, [], args.out, progress=not args.quiet)
+        failed += not outcome.ok
+        lines.append(_summary_line(exp.name, outcome))
+    print(f"\nrlq reproduce ({args.preset}): {len(lines) - failed} of {len(lines)} experiments ok")
+    for line in lines:
+        print("  " + line)
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``rlq`` command."""
+    parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list experiments, their descriptions and presets").set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("params", help="show an experiment's parameters, defaults, types and presets")
+    p.add_argument("name")
+    p.set_defaults(func=_cmd_params)
+
+    p = sub.add_parser("run", help="run an experiment notebook into a new run folder")
+    p.add_argument("name", nargs="?", help="experiment name (see `rlq list`)")
+    p.add_argument("--preset", help="named parameter set declared in the notebook (quick, medium, paper, ...)")
+    p.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                   help="override one parameter; wins over the preset")
+    p.add_argument("--out", type=Path, default=default_runs_dir(), help="parent of run folders (default: runs/)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted or failed run folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("reproduce", help="run every experiment at one preset and summarise")
+    p.add_argument("--preset", default="quick")
+    p.add_argument("--out", type=Path, default=default_runs_dir())
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_reproduce)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``rlq`` command line and return its exit code (2 for bad input)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ExperimentError, FileNotFoundError, ValueError) as e:
+        print(f"rlq: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("rlq: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

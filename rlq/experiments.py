@@ -1,0 +1,216 @@
+"""The experiment registry: one notebook per experiment, its parameters cell and its presets.
+
+An experiment is ``notebooks/<name>.ipynb``. Its first cell is markdown whose first line is the one-line
+description; the cell tagged ``parameters`` holds ``name = literal  # comment`` lines only; the cell tagged
+``presets`` holds two literals: ``PRESETS`` (preset name -> parameter overrides) and ``PRESET_WALL_TIMES``
+(preset name -> expected wall time on 2 CPU cores). Everything here is parsed, never executed, so bad
+input is caught before a kernel starts.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlq.paths import notebooks_dir
+
+REQUIRED_PRESETS = ("quick", "paper")
+
+
+class ExperimentError(ValueError):
+    """Bad input for an experiment: unknown name, parameter, preset or an unparsable value."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One knob of an experiment's parameters cell."""
+
+    name: str
+    default: Any
+    comment: str
+
+    @property
+    def type_name(self) -> str:
+        """Return the parameter's type as a short name (``int``, ``float``, ``str``, ...)."""
+        return type(self.default).__name__
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An experiment notebook as the runner sees it."""
+
+    name: str
+    path: Path
+    description: str
+    parameters: dict[str, Parameter]
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    wall_times: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, preset: str | None = None, overrides: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        """Return the full parameter dict: defaults, then the preset, then ``-p KEY VALUE`` overrides."""
+        values = {name: p.default for name, p in self.parameters.items()}
+        if preset is not None:
+            if preset not in self.presets:
+                raise ExperimentError(
+                    f"experiment {self.name!r} has no preset {preset!r}; its presets are: {', '.join(self.presets)}"
+                )
+            values.update(self.presets[preset])
+        for key, text in overrides or []:
+            if key not in self.parameters:
+                raise ExperimentError(
+                    f"experiment {self.name!r} has no parameter {key!r}; its parameters are: "
+                    f"{', '.join(self.parameters)}"
+                )
+            values[key] = parse_value(text, self.parameters[key])
+        return values
+
+
+def _cell_source(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _tagged(cells: list[dict[str, Any]], tag: str) -> dict[str, Any] | None:
+    for cell in cells:
+        if cell.get("cell_type") == "code" and tag in cell.get("metadata", {}).get("tags", []):
+            return cell
+    return None
+
+
+def _literal_assignments(source: str, where: str) -> list[tuple[str, Any, int]]:
+    """Return ``(name, value, line)`` for each ``name = literal`` statement; raise on anything else."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise ExperimentError(f"{where}: syntax error: {e}") from e
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target, value = node.targets[0], node.value
+        else:
+            raise ExperimentError(f"{where}, line {node.lineno}: only `name = literal` statements are allowed")
+        try:
+            literal = ast.literal_eval(value)
+        except ValueError as e:
+            raise ExperimentError(
+                f"{where}, line {node.lineno}: {target.id} is not a literal (derive values in a later cell)"
+            ) from e
+        out.append((target.id, literal, node.lineno))
+    return out
+
+
+def _line_comments(source: str) -> dict[int, str]:
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    return comments
+
+
+def parse_value(text: str, param: Parameter) -> Any:
+    """Return ``text`` (from the command line) converted to ``param``'s type, or raise ExperimentError."""
+    kind = type(param.default)
+    bad = ExperimentError(f"parameter {param.name!r} expects {kind.__name__} (default {param.default!r}); got {text!r}")
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise bad
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise bad from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise bad from None
+    if kind is str:
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        if param.default is None:
+            return text
+        raise bad from None
+    if param.default is not None and not isinstance(value, kind):
+        raise bad
+    return value
+
+
+def _check_type(param: Parameter, value: Any, where: str) -> None:
+    kind = type(param.default)
+    ok = (
+        param.default is None
+        or isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        or kind is float and isinstance(value, int) and not isinstance(value, bool)
+    )
+    if not ok:
+        raise ExperimentError(f"{where}: {param.name}={value!r} is not a {kind.__name__} like its default")
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Return the Experiment described by the notebook at ``path`` (raises ExperimentError if malformed)."""
+    path = Path(path)
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ExperimentError(f"{path}: not a readable notebook: {e}") from e
+    cells = nb.get("cells", [])
+    if not cells or cells[0].get("cell_type") != "markdown":
+        raise ExperimentError(f"{path}: the first cell must be markdown describing the experiment")
+    first_line = _cell_source(cells[0]).strip().splitlines()[0] if _cell_source(cells[0]).strip() else ""
+    description = first_line.lstrip("#").strip()
+
+    params_cell = _tagged(cells, "parameters")
+    if params_cell is None:
+        raise ExperimentError(f"{path}: no cell tagged 'parameters'")
+    source = _cell_source(params_cell)
+    comments = _line_comments(source)
+    parameters = {
+        name: Parameter(name, value, comments.get(line, ""))
+        for name, value, line in _literal_assignments(source, f"{path.name} parameters cell")
+    }
+
+    presets: dict[str, dict[str, Any]] = {}
+    wall_times: dict[str, str] = {}
+    presets_cell = _tagged(cells, "presets")
+    if presets_cell is not None:
+        where = f"{path.name} presets cell"
+        found = dict((n, v) for n, v, _ in _literal_assignments(_cell_source(presets_cell), where))
+        presets = found.get("PRESETS", {})
+        wall_times = found.get("PRESET_WALL_TIMES", {})
+        for preset, values in presets.items():
+            if not isinstance(values, dict):
+                raise ExperimentError(f"{where}: preset {preset!r} must be a dict of parameter values")
+            for key, value in values.items():
+                if key not in parameters:
+                    raise ExperimentError(f"{where}: preset {preset!r} sets unknown parameter {key!r}")
+                _check_type(parameters[key], value, f"{where}, preset {preset!r}")
+    return Experiment(path.stem, path, description, parameters, presets, wall_times)
+
+
+def list_experiments(folder: str | Path | None = None) -> list[Experiment]:
+    """Return every experiment notebook in ``folder`` (default: the repository's ``notebooks/``), by name."""
+    folder = Path(folder) if folder is not None else notebooks_dir()
+    return [load_experiment(p) for p in sorted(folder.glob("*.ipynb"))]
+
+
+def get_experiment(name: str, folder: str | Path | None = None) -> Experiment:
+    """Return the experiment called ``name``, or raise ExperimentError listing the known ones."""
+    folder = Path(folder) if folder is not None else notebooks_dir()
+    path = folder / f"{name}.ipynb"
+    if "/" in name or not path.is_file():
+        known = ", ".join(p.stem for p in sorted(folder.glob("*.ipynb"))) or "(none)"
+        raise ExperimentError(f"unknown experiment {name!r}; known experiments: {known}")
+    return load_experiment(path)

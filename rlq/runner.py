@@ -1,0 +1,144 @@
+"""Execute an experiment notebook with papermill into a run folder, and resume one that stopped."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlq.experiments import Experiment, get_experiment
+from rlq.runs import (
+    NOTEBOOK_FILE,
+    PARAMS_FILE,
+    RESULTS_FILE,
+    RUN_DIR_ENV,
+    new_run_dir,
+    read_json,
+    utc_stamp,
+    write_json,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunOutcome:
+    """What one execution of an experiment notebook produced."""
+
+    path: Path
+    status: str
+    results: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Return True when the notebook ran to its end."""
+        return self.status == "ok"
+
+
+def _error_text(exc: BaseException) -> str:
+    ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if ename:
+        cell = getattr(exc, "exec_count", None)
+        return f"{ename}: {evalue}" + (f" (cell [{cell}])" if cell is not None else "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def execute(
+    experiment: Experiment,
+    params: dict[str, Any],
+    path: Path,
+    *,
+    preset: str | None = None,
+    progress: bool = True,
+    log_output: bool = False,
+) -> RunOutcome:
+    """Return the outcome of running ``experiment`` with ``params`` in the existing run folder ``path``."""
+    import papermill as pm
+
+    path = Path(path).resolve()
+    write_json(path / PARAMS_FILE, params)
+    results = read_json(path / RESULTS_FILE)
+    results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
+    results.pop("error", None)
+    write_json(path / RESULTS_FILE, results)
+
+    previous_env = os.environ.get(RUN_DIR_ENV)
+    os.environ[RUN_DIR_ENV] = str(path)  # the kernel inherits it; rlq.record() writes there
+    start = time.perf_counter()
+    status, error = "ok", None
+    try:
+        pm.execute_notebook(
+            str(experiment.path),
+            str(path / NOTEBOOK_FILE),
+            parameters=params,
+            cwd=str(path),
+            progress_bar=progress,
+            log_output=log_output,
+            request_save_on_cell_execute=True,
+        )
+    except KeyboardInterrupt:
+        status, error = "interrupted", "KeyboardInterrupt: stopped by the user; resume with `rlq run --resume`"
+        raise
+    except Exception as exc:  # any failure of the notebook or its kernel is the run's result, not a crash
+        status, error = "failed", _error_text(exc)
+    finally:
+        if previous_env is None:
+            os.environ.pop(RUN_DIR_ENV, None)
+        else:
+            os.environ[RUN_DIR_ENV] = previous_env
+        results = read_json(path / RESULTS_FILE)  # now holding what the notebook recorded
+        results.update(status=status, finished=utc_stamp(), run_seconds=round(time.perf_counter() - start, 2))
+        if error:
+            results["error"] = error
+        write_json(path / RESULTS_FILE, results)
+    return RunOutcome(path, status, results)
+
+
+def run_experiment(
+    name: str,
+    preset: str | None = None,
+    overrides: list[tuple[str, str]] | None = None,
+    out: str | Path = "runs",
+    **kwargs: Any,
+) -> RunOutcome:
+    """Return the outcome of running experiment ``name`` into a new run folder under ``out``.
+
+    Every input is validated before the folder is created or a kernel starts.
+    """
+    experiment = get_experiment(name)
+    params = experiment.resolve(preset, overrides)
+    path = new_run_dir(out, experiment.name)
+    return execute(experiment, params, path, preset=preset, **kwargs)
+
+
+def resume_run(path: str | Path, **kwargs: Any) -> RunOutcome:
+    """Return the outcome of re-executing the run folder ``path`` with its own parameters.
+
+    The previous attempt's notebook and results are kept under ``attempts/<n>/``; the notebook resumes
+    from the checkpoints it left in the folder.
+    """
+    path = Path(path)
+    params_file, results_file = path / PARAMS_FILE, path / RESULTS_FILE
+    if not params_file.is_file():
+        raise FileNotFoundError(f"{path} is not a run folder (no {PARAMS_FILE})")
+    previous = read_json(results_file)
+    if previous.get("status") == "ok":
+        raise ValueError(f"{path} finished successfully; start a new run instead of resuming it")
+    experiment = get_experiment(previous.get("experiment") or path.parent.name)
+    params = read_json(params_file)
+    unknown = set(params) - set(experiment.parameters)
+    if unknown:
+        raise ValueError(f"{path}: parameters {sorted(unknown)} no longer exist in {experiment.name}")
+    n = 1
+    while (path / "attempts" / str(n)).exists():
+        n += 1
+    archive = path / "attempts" / str(n)
+    archive.mkdir(parents=True)
+    for name in (NOTEBOOK_FILE, RESULTS_FILE):
+        if (path / name).exists():
+            shutil.copy2(path / name, archive / name)
+    return execute(experiment, params, path, preset=previous.get("preset"), **kwargs)
