@@ -6,6 +6,7 @@ Every SB3 model made here writes its logs into the run folder (or nowhere), neve
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from dataclasses import dataclass
@@ -26,15 +27,38 @@ ALGORITHM_NAMES = ("A2C", "PPO", "DQN", "TD3", "SAC", "DDPG")
 #: Tuned settings from RL Baselines3 Zoo (hyperparams/*.yml) for the pairs rlq's presets use, with
 #: learning-rate schedules replaced by their constants. Anything else starts from SB3's defaults.
 TUNED_HYPERPARAMS: dict[tuple[str, str], dict[str, Any]] = {
-    ("PPO", "CartPole-v1"): dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                                 ent_coef=0.0, learning_rate=1e-3, clip_range=0.2),
-    ("DQN", "CartPole-v1"): dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
-                                 gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
-                                 exploration_fraction=0.16, exploration_final_eps=0.04,
-                                 policy_kwargs=dict(net_arch=[256, 256])),
+    ("PPO", "CartPole-v1"): dict(
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=1e-3,
+        clip_range=0.2,
+    ),
+    ("DQN", "CartPole-v1"): dict(
+        learning_rate=2.3e-3,
+        batch_size=64,
+        buffer_size=100_000,
+        learning_starts=1000,
+        gamma=0.99,
+        target_update_interval=10,
+        train_freq=256,
+        gradient_steps=128,
+        exploration_fraction=0.16,
+        exploration_final_eps=0.04,
+        policy_kwargs=dict(net_arch=[256, 256]),
+    ),
     ("A2C", "CartPole-v1"): dict(ent_coef=0.0),
-    ("TD3", "Pendulum-v1"): dict(gamma=0.98, buffer_size=200_000, learning_starts=10_000, action_noise_std=0.1,
-                                 learning_rate=1e-3, policy_kwargs=dict(net_arch=[400, 300])),
+    ("TD3", "Pendulum-v1"): dict(
+        gamma=0.98,
+        buffer_size=200_000,
+        learning_starts=10_000,
+        action_noise_std=0.1,
+        learning_rate=1e-3,
+        policy_kwargs=dict(net_arch=[400, 300]),
+    ),
     ("SAC", "Pendulum-v1"): dict(learning_rate=1e-3),
     ("TD3", "HalfCheetah-v5"): dict(learning_starts=10_000, action_noise_std=0.1),
     ("SAC", "HalfCheetah-v5"): dict(learning_starts=10_000),
@@ -88,7 +112,8 @@ def make_model(
     cls = algorithm_class(algo)
     seed_everything(seed)
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
-    params = {**TUNED_HYPERPARAMS.get((algo.upper(), env_id), {}), **(hyperparams or {})}
+    # deep copy: SB3 edits policy_kwargs in place (SAC adds use_sde), which must not leak into the caller's dict
+    params = copy.deepcopy({**TUNED_HYPERPARAMS.get((algo.upper(), env_id), {}), **(hyperparams or {})})
     policy = policy or ("CnnPolicy" if is_atari(env_id) else "MlpPolicy")
     try:
         model = cls(policy, env, seed=seed, verbose=0, **_build_kwargs(algo, env, params))
@@ -118,13 +143,21 @@ class EpisodeRecorder(BaseCallback):
         for info in self.locals.get("infos", []):
             episode = info.get("episode")
             if episode is not None:
-                self.rows.append(dict(timestep=self.num_timesteps, episode_return=float(episode["r"]),
-                                      episode_length=int(episode["l"]), wall_time_s=self.wall_time()))
+                self.rows.append(
+                    dict(
+                        timestep=self.num_timesteps,
+                        episode_return=float(episode["r"]),
+                        episode_length=int(episode["l"]),
+                        wall_time_s=self.wall_time(),
+                    )
+                )
         return True
 
     def frame(self) -> pd.DataFrame:
         """Return the learning curve as a DataFrame (one row per finished episode)."""
-        return pd.DataFrame(self.rows, columns=["timestep", "episode_return", "episode_length", "wall_time_s"])
+        return pd.DataFrame(
+            self.rows, columns=["timestep", "episode_return", "episode_length", "wall_time_s"]
+        )
 
 
 _CKPT = re.compile(r"model_(\d+)_steps\.zip$")
@@ -135,7 +168,11 @@ def latest_checkpoint(folder: str | Path) -> tuple[int, Path] | None:
     found = []
     for p in Path(folder).glob("model_*_steps.zip"):
         m = _CKPT.search(p.name)
-        if m and (p.parent / f"curve_{m.group(1)}_steps.csv").exists() and (p.parent / f"state_{m.group(1)}_steps.json").exists():
+        if (
+            m
+            and (p.parent / f"curve_{m.group(1)}_steps.csv").exists()
+            and (p.parent / f"state_{m.group(1)}_steps.json").exists()
+        ):
             found.append((int(m.group(1)), p))
     return max(found) if found else None
 
@@ -177,7 +214,10 @@ class Checkpointer(BaseCallback):
         tmp_curve = self.folder / f".tmp_curve_{steps}.csv"
         self.recorder.frame().to_csv(tmp_curve, index=False)
         tmp_curve.replace(self.folder / f"curve_{steps}_steps.csv")
-        write_json(self.folder / f"state_{steps}_steps.json", {"timesteps": steps, "wall_time_s": self.recorder.wall_time()})
+        write_json(
+            self.folder / f"state_{steps}_steps.json",
+            {"timesteps": steps, "wall_time_s": self.recorder.wall_time()},
+        )
         tmp_model.replace(target)  # the model last: its presence marks the checkpoint complete
         self._last = steps
         return target
@@ -221,7 +261,9 @@ def train_agent(
         rows, wall_offset, resumed = [], 0.0, None
     else:
         steps, path = found
-        env = make_vec_env(env_id, n_envs=n_envs, seed=seed + steps)  # fresh episodes, not a replay of the first
+        env = make_vec_env(
+            env_id, n_envs=n_envs, seed=seed + steps
+        )  # fresh episodes, not a replay of the first
         replay = ckpt_dir / f"replay_{steps}_steps.pkl"
         try:
             model = algorithm_class(algo).load(path, env=env)

@@ -40,7 +40,9 @@ def _cmd_params(args: argparse.Namespace) -> int:
 
 
 def _summary_line(name: str, outcome) -> str:
-    numbers = {k: v for k, v in outcome.results.items() if k not in ("experiment", "preset", "started", "finished")}
+    numbers = {
+        k: v for k, v in outcome.results.items() if k not in ("experiment", "preset", "started", "finished")
+    }
     shown = ", ".join(
         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
         for k, v in numbers.items()
@@ -57,15 +59,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.resume:
         if args.name or args.preset or args.param:
-            raise ExperimentError("--resume takes the run folder's own parameters: give no NAME, --preset or -p")
+            raise ExperimentError(
+                "--resume takes the run folder's own parameters: give no NAME, --preset or -p"
+            )
         outcome = resume_run(args.resume, progress=not args.quiet, log_output=args.log_output)
     else:
         if not args.name:
             raise ExperimentError("rlq run needs an experiment NAME (see `rlq list`) or --resume RUN_DIR")
         print(f"rlq: running {args.name} (preset {args.preset or 'defaults'})", file=sys.stderr)
         outcome = run_experiment(
-            args.name, args.preset, [tuple(p) for p in args.param], args.out,
-            progress=not args.quiet, log_output=args.log_output,
+            args.name,
+            args.preset,
+            [tuple(p) for p in args.param],
+            args.out,
+            progress=not args.quiet,
+            log_output=args.log_output,
         )
     if not outcome.ok:
         print(f"rlq: run {outcome.status}: {outcome.results.get('error', '')}", file=sys.stderr)
@@ -95,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``rlq`` command."""
     parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list experiments, their descriptions and presets").set_defaults(func=_cmd_list)
+    sub.add_parser("list", help="list experiments, their descriptions and presets").set_defaults(
+        func=_cmd_list
+    )
 
     p = sub.add_parser("params", help="show an experiment's parameters, defaults, types and presets")
     p.add_argument("name")
@@ -103,11 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run an experiment notebook into a new run folder")
     p.add_argument("name", nargs="?", help="experiment name (see `rlq list`)")
-    p.add_argument("--preset", help="named parameter set declared in the notebook (quick, medium, paper, ...)")
-    p.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-                   help="override one parameter; wins over the preset")
-    p.add_argument("--out", type=Path, default=default_runs_dir(), help="parent of run folders (default: runs/)")
-    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted or failed run folder")
+    p.add_argument(
+        "--preset", help="named parameter set declared in the notebook (quick, medium, paper, ...)"
+    )
+    p.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("KEY", "VALUE"),
+        help="override one parameter; wins over the preset",
+    )
+    p.add_argument(
+        "--out", type=Path, default=default_runs_dir(), help="parent of run folders (default: runs/)"
+    )
+    p.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted or failed run folder"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")
     p.set_defaults(func=_cmd_run)

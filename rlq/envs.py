@@ -61,7 +61,9 @@ def check_env_id(env_id: str) -> None:
         _register_families("ALE/Pong-v5")
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3, cutoff=0.7)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise ValueError(f"unknown environment id {env_id!r}.{hint} rlq knows these families:\n  - " + "\n  - ".join(FAMILIES))
+    raise ValueError(
+        f"unknown environment id {env_id!r}.{hint} rlq knows these families:\n  - " + "\n  - ".join(FAMILIES)
+    )
 
 
 class Float32Action(gym.ActionWrapper):
@@ -70,8 +72,9 @@ class Float32Action(gym.ActionWrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         space = env.action_space
-        self.action_space = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32),
-                                           space.shape, np.float32)
+        self.action_space = gym.spaces.Box(
+            space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+        )
 
     def action(self, action: np.ndarray) -> np.ndarray:
         return np.asarray(action, dtype=self.env.action_space.dtype)
@@ -96,7 +99,14 @@ def _make_raw(env_id: str, render_mode: str | None = None, **kwargs: Any) -> gym
     env = gym.make(env_id, render_mode=render_mode, **kwargs)
     if is_dm_control(env_id):
         env = gym.wrappers.FlattenObservation(env)
-        env = gym.wrappers.DtypeObservation(env, np.float32)
+        space = env.observation_space
+        env = gym.wrappers.TransformObservation(
+            env,
+            lambda obs: obs.astype(np.float32),
+            gym.spaces.Box(
+                space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+            ),
+        )
         env = Float32Action(env)
     return env
 
@@ -115,7 +125,9 @@ def make_env(env_id: str, seed: int | None = None, render_mode: str | None = Non
     return env
 
 
-def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy", **kwargs: Any):
+def make_vec_env(
+    env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy", **kwargs: Any
+):
     """Return an SB3 ``VecEnv`` of ``n_envs`` monitored copies (episode returns in ``info['episode']``).
 
     Atari: the Monitor sits under the Atari wrapper, so reported returns are the game's real returns,
@@ -134,12 +146,17 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env:
         if env_id.startswith("ALE/"):
             kwargs.setdefault("frameskip", 1)
         venv = sb3_make_vec_env(
-            env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs,
+            env_id,
+            n_envs=n_envs,
+            seed=seed,
+            env_kwargs=kwargs,
             wrapper_class=lambda e: _atari_wrapper(e, env_id, **atari_kwargs),
             vec_env_cls=SubprocVecEnv if vec_env == "subproc" else DummyVecEnv,
         )
         return VecFrameStack(venv, n_stack=ATARI_FRAME_STACK)
     return sb3_make_vec_env(
-        lambda **kw: _make_raw(env_id, **kwargs), n_envs=n_envs, seed=seed,
+        lambda **kw: _make_raw(env_id, **kwargs),
+        n_envs=n_envs,
+        seed=seed,
         vec_env_cls=SubprocVecEnv if vec_env == "subproc" else DummyVecEnv,
     )

@@ -64,7 +64,11 @@ def evaluate(
         with torch.random.fork_rng():  # stochastic policies sample reproducibly without touching global state
             torch.manual_seed(seed)
             returns, lengths = evaluate_policy(
-                policy, env, n_eval_episodes=n_episodes, deterministic=deterministic, return_episode_rewards=True
+                policy,
+                env,
+                n_eval_episodes=n_episodes,
+                deterministic=deterministic,
+                return_episode_rewards=True,
             )
     finally:
         env.close()

@@ -51,7 +51,9 @@ class Experiment:
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     wall_times: dict[str, str] = field(default_factory=dict)
 
-    def resolve(self, preset: str | None = None, overrides: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    def resolve(
+        self, preset: str | None = None, overrides: list[tuple[str, str]] | None = None
+    ) -> dict[str, Any]:
         """Return the full parameter dict: defaults, then the preset, then ``-p KEY VALUE`` overrides."""
         values = {name: p.default for name, p in self.parameters.items()}
         if preset is not None:
@@ -92,10 +94,14 @@ def _literal_assignments(source: str, where: str) -> list[tuple[str, Any, int]]:
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
             target, value = node.target, node.value
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        elif (
+            isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        ):
             target, value = node.targets[0], node.value
         else:
-            raise ExperimentError(f"{where}, line {node.lineno}: only `name = literal` statements are allowed")
+            raise ExperimentError(
+                f"{where}, line {node.lineno}: only `name = literal` statements are allowed"
+            )
         try:
             literal = ast.literal_eval(value)
         except ValueError as e:
@@ -117,7 +123,9 @@ def _line_comments(source: str) -> dict[int, str]:
 def parse_value(text: str, param: Parameter) -> Any:
     """Return ``text`` (from the command line) converted to ``param``'s type, or raise ExperimentError."""
     kind = type(param.default)
-    bad = ExperimentError(f"parameter {param.name!r} expects {kind.__name__} (default {param.default!r}); got {text!r}")
+    bad = ExperimentError(
+        f"parameter {param.name!r} expects {kind.__name__} (default {param.default!r}); got {text!r}"
+    )
     if kind is bool:
         lowered = text.strip().lower()
         if lowered in ("true", "1", "yes", "on"):
@@ -152,8 +160,11 @@ def _check_type(param: Parameter, value: Any, where: str) -> None:
     kind = type(param.default)
     ok = (
         param.default is None
-        or isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        or kind is float and isinstance(value, int) and not isinstance(value, bool)
+        or isinstance(value, kind)
+        and not (kind is int and isinstance(value, bool))
+        or kind is float
+        and isinstance(value, int)
+        and not isinstance(value, bool)
     )
     if not ok:
         raise ExperimentError(f"{where}: {param.name}={value!r} is not a {kind.__name__} like its default")

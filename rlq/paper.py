@@ -36,5 +36,7 @@ def paper_value(paper: str, metric: str, **filters: str) -> float:
     """Return the single number the paper reports for ``metric`` (raise if none or several rows match)."""
     rows = paper_numbers(paper, metric=metric, **filters)
     if len(rows) != 1:
-        raise LookupError(f"{len(rows)} rows of {paper} match metric={metric!r} {filters}; narrow the filters")
+        raise LookupError(
+            f"{len(rows)} rows of {paper} match metric={metric!r} {filters}; narrow the filters"
+        )
     return float(rows["value"].iloc[0])

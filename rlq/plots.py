@@ -18,12 +18,18 @@ def learning_curve_figure(
     """
     fig = go.Figure()
     if len(curve):
-        fig.add_scatter(x=curve["timestep"], y=curve["episode_return"], mode="markers", name="episode",
-                        marker=dict(size=4, opacity=0.3))
+        fig.add_scatter(
+            x=curve["timestep"],
+            y=curve["episode_return"],
+            mode="markers",
+            name="episode",
+            marker=dict(size=4, opacity=0.3),
+        )
         smooth = curve["episode_return"].rolling(window, min_periods=1).mean()
         fig.add_scatter(x=curve["timestep"], y=smooth, mode="lines", name=f"mean of last {window}")
     for label, value in (reference or {}).items():
         fig.add_hline(y=value, line_dash="dash", annotation_text=label)
-    fig.update_layout(title=title, xaxis_title="environment steps", yaxis_title="episode return",
-                      template="plotly_white")
+    fig.update_layout(
+        title=title, xaxis_title="environment steps", yaxis_title="episode return", template="plotly_white"
+    )
     return fig

@@ -81,7 +81,10 @@ def execute(
             request_save_on_cell_execute=True,
         )
     except KeyboardInterrupt:
-        status, error = "interrupted", "KeyboardInterrupt: stopped by the user; resume with `rlq run --resume`"
+        status, error = (
+            "interrupted",
+            "KeyboardInterrupt: stopped by the user; resume with `rlq run --resume`",
+        )
         raise
     except Exception as exc:  # any failure of the notebook or its kernel is the run's result, not a crash
         status, error = "failed", _error_text(exc)

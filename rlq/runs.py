@@ -29,7 +29,9 @@ def utc_stamp(now: datetime | None = None) -> str:
     return (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def new_run_dir(parent: str | Path, name: str, *, now: datetime | None = None, run_id: str | None = None) -> Path:
+def new_run_dir(
+    parent: str | Path, name: str, *, now: datetime | None = None, run_id: str | None = None
+) -> Path:
     """Return a freshly created ``parent/name/<UTC timestamp>-<short id>/``; never reuses an existing folder."""
     path = Path(parent) / name / f"{utc_stamp(now)}-{run_id or secrets.token_hex(3)}"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +70,9 @@ def _json_number(name: str, value: Any) -> Any:
         return [_json_number(name, v) for v in value]
     if isinstance(value, dict):
         return {str(k): _json_number(f"{name}.{k}", v) for k, v in value.items()}
-    raise TypeError(f"record(): {name!r} is a {type(value).__name__}; record numbers, strings, lists or dicts")
+    raise TypeError(
+        f"record(): {name!r} is a {type(value).__name__}; record numbers, strings, lists or dicts"
+    )
 
 
 def read_json(path: str | Path) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""Shared fixtures: a tiny experiment notebook (fast papermill runs) and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_tiny_notebook(folder: Path, name: str = "tiny") -> Path:
+    """Write a small experiment notebook following rlq's conventions; it records what it was given."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Tiny: a test experiment\n\nRecords its parameters."),
+        nbformat.v4.new_code_cell(
+            'x = 1  # an int\nscale = 0.5  # a float\nlabel = "a"  # a string\nflag = False  # a bool\n'
+            "sizes = [1, 2]  # a list\nfail = False  # raise at the end when true",
+            metadata={"tags": ["parameters"]},
+        ),
+        nbformat.v4.new_code_cell(
+            'PRESETS = {"quick": {"x": 2}, "paper": {"x": 3, "scale": 2.0}}\n'
+            'PRESET_WALL_TIMES = {"quick": "5 s", "paper": "6 s"}',
+            metadata={"tags": ["presets"]},
+        ),
+        nbformat.v4.new_code_cell(
+            "import rlq\nrlq.record(total=x * scale, label=label, flag=flag, n_sizes=len(sizes))"
+        ),
+        nbformat.v4.new_code_cell('if fail:\n    raise RuntimeError("asked to fail")'),
+    ]
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def tiny_notebooks(tmp_path, monkeypatch) -> Path:
+    """Return a notebooks folder holding only the tiny experiment, made the registry's folder."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    write_tiny_notebook(folder)
+    monkeypatch.setenv("RLQ_NOTEBOOKS", str(folder))
+    return folder
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Return the completed ``rlq`` command run in a fresh interpreter (real exit codes and streams)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "rlq.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=600,
+    )

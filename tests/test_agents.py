@@ -1,0 +1,74 @@
+"""SB3 agents: every algorithm builds and learns a step; checkpoints resume; no stray SB3 log folders."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+
+from rlq.agents import ALGORITHM_NAMES, latest_checkpoint, make_model, train_agent
+
+TINY = {"policy_kwargs": {"net_arch": [8]}}
+ON_POLICY = {"n_steps": 32, **TINY}
+OFF_POLICY = {"learning_starts": 32, "buffer_size": 1000, "batch_size": 16, **TINY}
+
+
+@pytest.mark.parametrize("algo", ALGORITHM_NAMES)
+def test_every_algorithm_builds_and_learns(algo, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3 would leave SB3-<timestamp> folders
+    env_id = "CartPole-v1" if algo in ("DQN", "A2C", "PPO") else "Pendulum-v1"
+    hyper = ON_POLICY if algo in ("A2C", "PPO") else OFF_POLICY
+    if algo == "PPO":
+        hyper = {**hyper, "batch_size": 32}
+    model = make_model(algo, env_id, seed=0, hyperparams=hyper)
+    model.learn(64)
+    assert model.num_timesteps >= 64
+    assert not list(tmp_path.glob("SB3-*"))
+
+
+def test_bad_algorithm_and_hyperparameter_are_named():
+    with pytest.raises(ValueError, match="unknown algorithm 'PPG'"):
+        make_model("PPG", "CartPole-v1")
+    with pytest.raises(ValueError, match="bad hyperparameter for PPO"):
+        make_model("PPO", "CartPole-v1", hyperparams={"no_such_arg": 1})
+
+
+def test_on_policy_training_resumes_from_its_checkpoint(tmp_path):
+    kwargs = dict(
+        seed=0, n_envs=2, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path, checkpoint_every=128
+    )
+    first = train_agent("PPO", "CartPole-v1", 256, **kwargs)
+    assert first.resumed_from is None and first.model.num_timesteps == 256
+    assert latest_checkpoint(tmp_path / "checkpoints")[0] == 256
+    assert len(list((tmp_path / "checkpoints").glob("model_*_steps.zip"))) == 2  # 128 and 256
+    second = train_agent("PPO", "CartPole-v1", 512, **kwargs)
+    assert second.resumed_from == 256 and second.model.num_timesteps == 512
+    assert second.curve.iloc[: len(first.curve)].equals(first.curve)  # earlier episodes kept, not re-run
+    assert len(second.curve) > len(first.curve)
+    assert second.wall_time_s >= first.wall_time_s
+    assert (tmp_path / "sb3" / "progress_from_256.csv").exists()
+
+
+def test_off_policy_resume_restores_the_replay_buffer(tmp_path):
+    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=100)
+    train_agent("TD3", "Pendulum-v1", 200, **kwargs)
+    assert [p.name for p in (tmp_path / "checkpoints").glob("replay_*")] == ["replay_200_steps.pkl"]
+    second = train_agent("TD3", "Pendulum-v1", 300, **kwargs)
+    assert second.resumed_from == 200
+    assert second.model.replay_buffer.size() == 300
+
+
+def test_a_finished_run_resumed_trains_no_further(tmp_path):
+    kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
+    first = train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    again = train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    assert again.resumed_from == first.model.num_timesteps == again.model.num_timesteps
+
+
+def test_corrupt_checkpoint_is_reported_by_name(tmp_path):
+    kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
+    train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    steps, path = latest_checkpoint(tmp_path / "checkpoints")
+    path.write_bytes(b"not a zip")
+    with pytest.raises(RuntimeError, match=f"checkpoint {path}"):
+        train_agent("PPO", "CartPole-v1", 128, **kwargs)

@@ -1,0 +1,120 @@
+"""The rlq command: list, params, run (run folders, failures, resume) and every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+
+
+def test_list_shows_description_and_presets(tiny_notebooks):
+    result = run_cli("list")
+    assert result.returncode == 0, result.stderr
+    assert "tiny" in result.stdout and "Tiny: a test experiment" in result.stdout
+    assert "quick (5 s)" in result.stdout and "paper (6 s)" in result.stdout
+
+
+def test_list_real_registry_has_baseline():
+    result = run_cli("list")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("baseline_rl")
+
+
+def test_params_shows_types_defaults_comments(tiny_notebooks):
+    result = run_cli("params", "tiny")
+    assert result.returncode == 0, result.stderr
+    lines = {
+        line.split()[0]: line
+        for line in result.stdout.splitlines()[2:]
+        if line and not line.startswith("preset")
+    }
+    assert lines["x"].split()[1:3] == ["int", "1"] and "an int" in lines["x"]
+    assert lines["scale"].split()[1:3] == ["float", "0.5"]
+    assert lines["label"].split()[1:3] == ["str", "'a'"]
+    assert lines["sizes"].split()[1] == "list"
+    assert "preset quick [5 s]: x=2" in result.stdout
+
+
+def test_run_creates_run_folder_with_params_notebook_results(tiny_notebooks, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli(
+        "run", "tiny", "--preset", "paper", "-p", "x", "5", "-p", "label", "b", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    run_dir = out / "tiny" / result.stdout.strip().splitlines()[-1].rsplit("/", 1)[-1]
+    assert result.stdout.strip().splitlines()[-1] == str(run_dir.resolve())
+    assert run_dir.parent == out / "tiny" and len(list(run_dir.parent.iterdir())) == 1
+    params = json.loads((run_dir / "params.json").read_text())
+    # -p wins over the preset (x), the preset over defaults (scale), defaults stay (flag)
+    assert params == {"x": 5, "scale": 2.0, "label": "b", "flag": False, "sizes": [1, 2], "fail": False}
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "ok" and results["experiment"] == "tiny" and results["preset"] == "paper"
+    assert results["total"] == pytest.approx(10.0) and results["label"] == "b" and results["n_sizes"] == 2
+    executed = json.loads((run_dir / "output.ipynb").read_text())
+    assert any("injected-parameters" in c["metadata"].get("tags", []) for c in executed["cells"])
+    # name format: <UTC timestamp>-<short id>
+    stamp, short_id = run_dir.name.split("-")
+    assert len(stamp) == 16 and stamp.endswith("Z") and len(short_id) == 6
+
+
+def test_failed_run_keeps_folder_with_error_and_exits_nonzero(tiny_notebooks, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out))
+    assert result.returncode == 1
+    run_dir = next((out / "tiny").iterdir())
+    assert result.stdout.strip().splitlines()[-1] == str(run_dir.resolve())
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "failed"
+    assert "RuntimeError" in results["error"] and "asked to fail" in results["error"]
+    assert results["total"] == pytest.approx(0.5)  # recorded before the failure, kept
+    assert (run_dir / "output.ipynb").exists()
+
+
+def test_resume_reruns_failed_folder_and_archives_previous_attempt(tiny_notebooks, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out)).returncode == 1
+    run_dir = next((out / "tiny").iterdir())
+    # the notebook changes under the run (fixed code), the run keeps its parameters except through its file
+    params = json.loads((run_dir / "params.json").read_text())
+    params["fail"] = False
+    (run_dir / "params.json").write_text(json.dumps(params))
+    result = run_cli("run", "--resume", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert json.loads((run_dir / "results.json").read_text())["status"] == "ok"
+    archived = json.loads((run_dir / "attempts" / "1" / "results.json").read_text())
+    assert archived["status"] == "failed"
+    assert len(list((out / "tiny").iterdir())) == 1  # resumed in place, no new folder
+    again = run_cli("run", "--resume", str(run_dir))
+    assert again.returncode == 2 and "finished successfully" in again.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "nosuch"], "unknown experiment 'nosuch'"),
+        (["run", "tiny", "-p", "nosuch", "1"], "no parameter 'nosuch'"),
+        (["run", "tiny", "-p", "x", "1.5"], "parameter 'x' expects int"),
+        (["run", "tiny", "-p", "scale", "abc"], "parameter 'scale' expects float"),
+        (["run", "tiny", "-p", "flag", "maybe"], "parameter 'flag' expects bool"),
+        (["run", "tiny", "-p", "sizes", "{1: 2}"], "parameter 'sizes' expects list"),
+        (["run", "tiny", "--preset", "huge"], "no preset 'huge'"),
+        (["params", "nosuch"], "unknown experiment 'nosuch'"),
+        (["run", "--resume", "/nonexistent/run"], "not a run folder"),
+    ],
+)
+def test_bad_input_exits_2_before_any_run_folder(tiny_notebooks, tmp_path, args, message):
+    out = tmp_path / "out"
+    result = run_cli(*args, "--out", str(out)) if args[0] == "run" else run_cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Executing" not in result.stderr  # no kernel started
+    assert not out.exists()
+
+
+def test_bad_input_message_lists_the_choices(tiny_notebooks):
+    result = run_cli("run", "tiny", "--preset", "huge")
+    assert "quick, paper" in result.stderr
+    result = run_cli("run", "nosuch")
+    assert "known experiments: tiny" in result.stderr

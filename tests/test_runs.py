@@ -1,0 +1,49 @@
+"""Run folders: unique names, never overwritten; record() merges plain JSON numbers."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from rlq.runs import RUN_DIR_ENV, list_runs, load_run, new_run_dir, record, run_dir
+
+
+def test_new_run_dir_never_reuses_an_existing_folder(tmp_path):
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    first = new_run_dir(tmp_path, "exp", now=now, run_id="abc123")
+    assert first == tmp_path / "exp" / "20260102T030405Z-abc123"
+    (first / "results.json").write_text('{"status": "ok", "keep": 1}')
+    with pytest.raises(FileExistsError):
+        new_run_dir(tmp_path, "exp", now=now, run_id="abc123")
+    assert json.loads((first / "results.json").read_text())["keep"] == 1
+    assert new_run_dir(tmp_path, "exp", now=now) != first  # random ids differ
+
+
+def test_record_merges_into_results_and_converts_numpy(tmp_path, monkeypatch):
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    record(a=np.float32(1.5), n=np.int64(3))
+    record(b=[np.float64(0.25), 2], a=2.0, nan=float("nan"))
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data == {"a": 2.0, "n": 3, "b": [0.25, 2], "nan": None}
+
+
+@pytest.mark.parametrize("bad", [{"status": "ok"}, {"error": "x"}, {"arr": object()}])
+def test_record_rejects_reserved_keys_and_non_numbers(tmp_path, monkeypatch, bad):
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    with pytest.raises((ValueError, TypeError)):
+        record(**bad)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_interactive_run_dir_is_created_once_per_process(tmp_path, monkeypatch):
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    monkeypatch.setenv("RLQ_RUNS", str(tmp_path))
+    first = run_dir()
+    assert first.parent == (tmp_path / "interactive").resolve()
+    assert run_dir() == first
+    record(x=1)
+    assert load_run(first)["results"] == {"x": 1}
+    assert list_runs(tmp_path) == [first]
