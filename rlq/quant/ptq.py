@@ -1,0 +1,218 @@
+"""Post-training quantization (PTQ) of any ``nn.Module``: a quantized copy at fp16, bf16, int8 or intN.
+
+QuaRL (Krishnan et al., arXiv 1910.01055, section 4.1) quantizes a trained policy after training and rolls
+it out: fp16 as a cast, int8 and lower as uniform quantization of the weights (per tensor for linear layers,
+per output channel for convolutions).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from rlq.quant._warnings import quiet_deprecations
+from rlq.quant.activations import attach_input_quantizers
+from rlq.quant.layers import (
+    bake_parametrizations,
+    has_convolutions,
+    output_channel_axis,
+    quantizable_layers,
+)
+from rlq.quant.tensor import Precision, parse_precision, quantize_tensor
+
+Calibration = Tensor | np.ndarray | Iterable[Tensor | np.ndarray]
+
+
+class CastPrecision(nn.Module):
+    """Run ``module`` in a lower float ``dtype`` while taking and returning float32 tensors."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.module = module
+        self.dtype = dtype
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.module(*_cast_floats(args, self.dtype), **_cast_floats(kwargs, self.dtype))
+        return _cast_floats(out, torch.float32)
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}"
+
+
+class LayerHolder(nn.Module):
+    """Hold a bare layer as a child, so that quantization by module swapping can replace it."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.layer(*args, **kwargs)
+
+
+def _cast_floats(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_cast_floats(v, dtype) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cast_floats(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast_floats(v, dtype) for k, v in value.items()}
+    return value
+
+
+def calibration_batches(calibration: Calibration | None) -> list[Tensor]:
+    """Return ``calibration`` (one batch, or an iterable of batches) as a list of float32 tensors."""
+    if calibration is None:
+        return []
+    if isinstance(calibration, (Tensor, np.ndarray)):
+        calibration = [calibration]
+    batches = []
+    for batch in calibration:
+        if not isinstance(batch, (Tensor, np.ndarray)):
+            raise TypeError(f"calibration batches must be tensors or arrays, got {type(batch).__name__}")
+        batches.append(torch.as_tensor(batch).to(torch.float32))
+    if not batches:
+        raise ValueError("calibration holds no batch")
+    return batches
+
+
+def _check_module(module: nn.Module) -> None:
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+
+
+def ptq(
+    module: nn.Module,
+    precision: str | Precision,
+    calibration: Calibration | None = None,
+    activations: bool = False,
+    *,
+    per_channel_linear: bool = False,
+) -> nn.Module:
+    """Return a post-training-quantized copy of ``module`` in eval mode; ``module`` itself is left untouched.
+
+    ``precision``:
+
+    - ``"fp32"``: a plain copy.
+    - ``"fp16"`` / ``"bf16"``: the copy cast to that type inside :class:`CastPrecision`, so it still takes and
+      returns float32 tensors.
+    - ``"int8"``: real integer kernels from ``torch.ao`` on the current quantized engine (x86 / fbgemm here).
+      A model without convolutions gets dynamic quantization of its ``nn.Linear`` layers (int8 weights,
+      activations quantized per batch at run time; a bare top-level Linear is put in a :class:`LayerHolder`).
+      A model with convolutions, or any model when ``activations`` is true, gets static quantization with
+      activation ranges calibrated on ``calibration`` (required then): FX graph mode with conv-ReLU fusion,
+      falling back to eager mode (``QuantWrapper``) when the model cannot be traced symbolically.
+    - ``"intN"``, N in 2..16 other than 8: simulated (fake) quantization: each Linear / convolution weight is
+      replaced by its :func:`quantize_tensor` value, per output channel for convolutions and, with
+      ``per_channel_linear``, for linear layers (per tensor otherwise, as QuaRL). Biases stay float. With
+      ``activations`` the input of every such layer is fake-quantized too (asymmetric, N bits), over ranges
+      calibrated on ``calibration`` when given, else over each batch's own range.
+
+    Parametrizations on weights (e.g. QAT fake quantization) are made permanent in the integer copies.
+    """
+    _check_module(module)
+    spec = parse_precision(precision)
+    model = copy.deepcopy(module).eval()
+    if spec.is_float:
+        if spec.name == "fp32":
+            return model.float()
+        return CastPrecision(model.to(spec.dtype), spec.dtype).eval()
+    bake_parametrizations(model)
+    if not quantizable_layers(model):
+        raise ValueError(
+            f"{type(module).__name__} has no Linear or convolution layer to quantize to {spec.name}"
+        )
+    if spec.bits == 8:
+        return _int8(model, calibration_batches(calibration), activations)
+    return _simulated(model, spec.bits, calibration_batches(calibration), activations, per_channel_linear)
+
+
+def _simulated(
+    model: nn.Module, bits: int, batches: list[Tensor], activations: bool, per_channel_linear: bool
+) -> nn.Module:
+    if activations:
+        quantizers = attach_input_quantizers(model, bits, momentum=None, dynamic=not batches)
+        if batches:
+            for q in quantizers:
+                q.enabled, q.observing = False, True
+            with torch.no_grad():
+                for batch in batches:
+                    model(batch)
+            for q in quantizers:
+                q.enabled, q.observing = True, False
+    with torch.no_grad():
+        for _, layer in quantizable_layers(model):
+            per_channel = per_channel_linear or not isinstance(layer, nn.Linear)
+            axis = output_channel_axis(layer) if per_channel else None
+            layer.weight.copy_(quantize_tensor(layer.weight, bits, per_channel_axis=axis))
+    return model
+
+
+def _int8(model: nn.Module, batches: list[Tensor], activations: bool) -> nn.Module:
+    if activations or has_convolutions(model):
+        if not batches:
+            raise ValueError(
+                "int8 static quantization (models with convolutions, or activations=True) needs calibration "
+                "data: pass calibration=<a batch of typical inputs, or an iterable of batches>"
+            )
+        return _int8_static(model, batches)
+    return _int8_dynamic(model)
+
+
+def _int8_dynamic(model: nn.Module) -> nn.Module:
+    from torch.ao.quantization import quantize_dynamic
+
+    if isinstance(model, nn.Linear):
+        model = LayerHolder(model)  # quantize_dynamic swaps children only, never the root it is given
+    if not any(isinstance(m, nn.Linear) for m in model.modules()):
+        raise ValueError("int8 dynamic quantization found no nn.Linear layer")
+    with quiet_deprecations():
+        quantized = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    return quantized.eval()
+
+
+def _int8_static(model: nn.Module, batches: list[Tensor]) -> nn.Module:
+    import torch.fx
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    engine = torch.backends.quantized.engine
+    with quiet_deprecations():
+        try:
+            prepared = prepare_fx(model, get_default_qconfig_mapping(engine), example_inputs=(batches[0],))
+        except torch.fx.proxy.TraceError:
+            return _int8_static_eager(model, batches, engine)
+        with torch.no_grad():
+            for batch in batches:
+                prepared(batch)
+        return convert_fx(prepared).eval()
+
+
+def _int8_static_eager(model: nn.Module, batches: list[Tensor], engine: str) -> nn.Module:
+    from torch.ao.quantization import QuantWrapper, convert, get_default_qconfig, prepare
+
+    wrapped = QuantWrapper(model).eval()
+    wrapped.qconfig = get_default_qconfig(engine)
+    prepare(wrapped, inplace=True)
+    with torch.no_grad():
+        for batch in batches:
+            wrapped(batch)
+    convert(wrapped, inplace=True)
+    try:
+        with torch.no_grad():
+            wrapped(batches[0])
+    except Exception as err:  # an eager-mode model runs quantized tensors through all its code
+        raise RuntimeError(
+            f"{type(model).__name__} cannot be traced by torch.fx and fails in eager-mode static quantization "
+            f"({err}); make its forward traceable (no Python control flow on tensor values) or quantize the "
+            "traceable submodules separately"
+        ) from err
+    return wrapped.eval()

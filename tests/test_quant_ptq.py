@@ -1,0 +1,262 @@
+"""ptq(): quantized copies at every precision; the original is never touched; int8 is really integer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.ao.nn.quantized import dynamic as qdynamic
+
+from rlq.quant import CastPrecision, LayerHolder, ptq, quantize_tensor
+from rlq.quant.activations import ActivationQuantizer
+
+
+def tiny_mlp(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3))
+
+
+def tiny_cnn(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(2, 8, 3, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(8 * 3 * 3, 4),
+    )
+
+
+class NeedsEagerMode(nn.Module):
+    """A CNN that torch.fx cannot trace (Python control flow on a tensor's shape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.relu = nn.ReLU()
+        self.flatten = nn.Flatten()
+        self.head = nn.Linear(4 * 9 * 9, 2)
+
+    def forward(self, x):
+        if x.dim() == 3:
+            x = x.unsqueeze(0)
+        return self.head(self.flatten(self.relu(self.conv(x))))
+
+
+X = torch.randn(16, 6, generator=torch.Generator().manual_seed(1))
+IMAGES = torch.rand(8, 2, 11, 11, generator=torch.Generator().manual_seed(2))
+
+
+def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "int8", "int4", "int2", "int16"])
+def test_original_is_left_unchanged(precision):
+    model = tiny_mlp().train()
+    before, out_before = snapshot(model), model(X).detach()
+    quantized = ptq(model, precision, calibration=X, activations=precision == "int4")
+    quantized(X)
+    assert quantized is not model and model.training and not quantized.training
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert not any(isinstance(m, ActivationQuantizer) for m in model.modules())
+    assert not model._forward_pre_hooks and not model[0]._forward_pre_hooks
+    assert torch.equal(model(X), out_before)
+
+
+def test_cnn_original_is_left_unchanged_by_static_int8():
+    model = tiny_cnn()
+    before = snapshot(model)
+    ptq(model, "int8", calibration=IMAGES)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(type(m) in (nn.Sequential, nn.Conv2d, nn.ReLU, nn.Flatten, nn.Linear) for m in model.modules())
+
+
+def test_fp32_is_an_equal_copy():
+    model = tiny_mlp()
+    copy_ = ptq(model, "fp32")
+    assert torch.equal(copy_(X), model(X))
+    assert all(
+        p.data_ptr() != q.data_ptr() for p, q in zip(copy_.parameters(), model.parameters(), strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype", "tol"), [("fp16", torch.float16, 5e-3), ("bf16", torch.bfloat16, 5e-2)]
+)
+def test_half_precisions_take_and_return_float32(precision, dtype, tol):
+    model = tiny_mlp()
+    half = ptq(model, precision)
+    assert isinstance(half, CastPrecision)
+    assert all(p.dtype == dtype for p in half.parameters())
+    out = half(X)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, model(X), atol=tol, rtol=tol)
+    cnn = tiny_cnn()
+    torch.testing.assert_close(ptq(cnn, precision)(IMAGES), cnn(IMAGES), atol=tol, rtol=tol)
+
+
+def test_cast_precision_handles_nested_outputs():
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 2), nn.Linear(6, 1)
+
+        def forward(self, x, mask):
+            return {"a": self.a(x), "pair": (self.b(x), mask)}
+
+    out = ptq(TwoHeads(), "fp16")(X, torch.ones(16, dtype=torch.bool))
+    assert out["a"].dtype == torch.float32 and out["pair"][0].dtype == torch.float32
+    assert out["pair"][1].dtype == torch.bool
+
+
+def test_int8_mlp_uses_dynamic_integer_kernels():
+    model = tiny_mlp()
+    quantized = ptq(model, "int8")
+    layers = [m for m in quantized.modules() if isinstance(m, qdynamic.Linear)]
+    assert len(layers) == 3
+    assert all(layer.weight().dtype == torch.qint8 for layer in layers)
+    assert not any(type(m) is nn.Linear for m in quantized.modules())
+    torch.testing.assert_close(quantized(X), model(X), atol=0.05, rtol=0.05)
+
+
+def test_int8_bare_linear_is_wrapped_and_quantized():
+    layer = nn.Linear(6, 4)
+    quantized = ptq(layer, "int8")
+    assert isinstance(quantized, LayerHolder) and isinstance(quantized.layer, qdynamic.Linear)
+    assert quantized.layer.weight().dtype == torch.qint8
+    torch.testing.assert_close(quantized(X), layer(X), atol=0.05, rtol=0.05)
+
+
+def quantized_modules(model: nn.Module) -> list[nn.Module]:
+    return [
+        m
+        for m in model.modules()
+        if type(m).__module__.startswith("torch.ao.nn.") and "quantized" in type(m).__module__
+    ]
+
+
+def test_int8_cnn_uses_static_integer_kernels():
+    model = tiny_cnn()
+    quantized = ptq(model, "int8", calibration=[IMAGES[:4], IMAGES[4:].double().numpy()])
+    kinds = [type(m).__name__ for m in quantized_modules(quantized)]
+    assert "ConvReLU2d" in kinds and "Linear" in kinds  # conv + ReLU fused, all integer
+    convs = [m for m in quantized.modules() if type(m).__name__ == "ConvReLU2d"]
+    assert all(conv.weight().dtype == torch.qint8 for conv in convs)
+    torch.testing.assert_close(quantized(IMAGES), model(IMAGES), atol=0.02, rtol=0.1)
+
+
+def test_int8_static_falls_back_to_eager_mode_for_untraceable_models():
+    model = NeedsEagerMode().eval()
+    images = IMAGES
+    quantized = ptq(model, "int8", calibration=images)
+    kinds = {type(m).__name__ for m in quantized_modules(quantized)}
+    assert {"Conv2d", "Linear", "Quantize", "DeQuantize"} <= kinds
+    torch.testing.assert_close(quantized(images), model(images), atol=0.02, rtol=0.1)
+
+
+def test_int8_mlp_with_activations_is_static():
+    model = tiny_mlp()
+    quantized = ptq(model, "int8", calibration=X, activations=True)
+    assert not any(isinstance(m, qdynamic.Linear) for m in quantized.modules())
+    assert any(type(m).__name__ == "LinearReLU" for m in quantized_modules(quantized))
+    torch.testing.assert_close(quantized(X), model(X), atol=0.05, rtol=0.1)
+
+
+def test_int8_static_needs_calibration():
+    with pytest.raises(ValueError, match="needs calibration data"):
+        ptq(tiny_cnn(), "int8")
+    with pytest.raises(ValueError, match="needs calibration data"):
+        ptq(tiny_mlp(), "int8", activations=True)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 6, 8 + 2])
+def test_simulated_int_weights(bits):
+    model = tiny_cnn()
+    quantized = ptq(model, f"int{bits}")
+    conv, linear = quantized[0], quantized[5]
+    # Convolutions per output channel, linear layers per tensor (QuaRL's choice); biases stay float.
+    assert max(channel.unique().numel() for channel in conv.weight) <= 2**bits
+    assert linear.weight.unique().numel() <= 2**bits
+    assert torch.equal(conv.weight, quantize_tensor(model[0].weight, bits, per_channel_axis=0))
+    assert torch.equal(linear.weight, quantize_tensor(model[5].weight, bits))
+    assert torch.equal(conv.bias, model[0].bias)
+    assert not any(isinstance(m, ActivationQuantizer) for m in quantized.modules())
+
+
+def test_simulated_per_channel_linear():
+    model = tiny_mlp()
+    quantized = ptq(model, "int3", per_channel_linear=True)
+    assert torch.equal(quantized[2].weight, quantize_tensor(model[2].weight, 3, per_channel_axis=0))
+    assert quantized[2].weight.unique().numel() > 2**3  # per row, not per tensor
+
+
+def capture_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    seen = []
+    handles = [
+        m.register_forward_hook(lambda mod, args, out: seen.append(args[0].detach()))
+        for m in model.modules()
+        if isinstance(m, nn.Linear)
+    ]
+    with torch.no_grad():
+        model(x)
+    for h in handles:
+        h.remove()
+    return seen
+
+
+def test_simulated_activations_dynamic_range():
+    quantized = ptq(tiny_mlp(), "int3", activations=True)
+    inputs = capture_inputs(quantized, X)
+    assert len(inputs) == 3
+    assert all(t.unique().numel() <= 2**3 for t in inputs)
+    assert all(q.dynamic for q in quantized.modules() if isinstance(q, ActivationQuantizer))
+
+
+def test_simulated_activations_calibrated_range():
+    model = tiny_mlp()
+    quantized = ptq(model, "int4", calibration=[X[:8], X[8:]], activations=True)
+    first = quantized[0].input_quantizer
+    assert not first.observing and first.enabled
+    assert float(first.min_val) == pytest.approx(float(X.min())) and float(first.max_val) == pytest.approx(
+        float(X.max())
+    )
+    wide = X * 3  # outside the calibrated range: clipped to it
+    inputs = capture_inputs(quantized, wide)
+    assert all(t.unique().numel() <= 2**4 for t in inputs)
+    assert float(inputs[0].max()) <= float(X.max()) + 1e-6
+
+
+def test_ptq_of_a_parametrized_model_quantizes_the_parametrized_weight():
+    from torch.nn.utils import parametrize
+
+    class Double(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    model = tiny_mlp()
+    reference = copy.deepcopy(model)
+    parametrize.register_parametrization(model[0], "weight", Double())
+    quantized = ptq(model, "int8")
+    assert isinstance(quantized[0], qdynamic.Linear)
+    torch.testing.assert_close(quantized[0].weight().dequantize(), 2 * reference[0].weight, atol=0.02, rtol=0)
+    assert parametrize.is_parametrized(model[0], "weight")  # the original keeps its parametrization
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="unknown precision 'int1'; choose one of fp32, fp16, bf16"):
+        ptq(tiny_mlp(), "int1")
+    with pytest.raises(ValueError, match="unknown precision"):
+        ptq(tiny_mlp(), "fp8")
+    with pytest.raises(TypeError, match="nn.Module"):
+        ptq(lambda x: x, "int8")
+    with pytest.raises(ValueError, match="no Linear or convolution layer"):
+        ptq(nn.Sequential(nn.ReLU()), "int4")
+    with pytest.raises(TypeError, match="calibration batches"):
+        ptq(tiny_cnn(), "int8", calibration=["not a tensor"])
+    with pytest.raises(ValueError, match="no batch"):
+        ptq(tiny_cnn(), "int8", calibration=[])

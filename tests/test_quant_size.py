@@ -1,0 +1,108 @@
+"""model_size_bytes counts what is really serialized; packed n-bit weights round-trip; relative_change."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from rlq.quant import (
+    model_size_bytes,
+    pack_state_dict,
+    ptq,
+    quantize_tensor,
+    relative_change,
+    unpack_state_dict,
+)
+from rlq.quant.size import pack_codes, unpack_codes
+
+
+def model(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 8))
+
+
+def torch_save_size(obj) -> int:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return len(buffer.getvalue())
+
+
+def test_size_of_a_module_is_its_serialized_state_dict():
+    m = model()
+    assert model_size_bytes(m) == torch_save_size(m.state_dict())
+    n_params = sum(p.numel() for p in m.parameters())
+    assert 4 * n_params < model_size_bytes(m) < 4 * n_params * 1.05
+
+
+def payload_bytes(m: nn.Module, bits: int) -> int:
+    """Weights at ``bits`` bits, packed; biases and one scale per output channel in float32."""
+    layers = [layer for layer in m.modules() if isinstance(layer, nn.Linear)]
+    weights = sum(math.ceil(layer.weight.numel() * bits / 8) for layer in layers)
+    return weights + 4 * sum(layer.bias.numel() + layer.out_features for layer in layers)
+
+
+def test_sizes_at_lower_precisions():
+    m = model()
+    n_params = sum(p.numel() for p in m.parameters())
+    overhead = model_size_bytes(m, "fp32") - 4 * n_params  # torch.save's zip entries and pickled keys
+    assert 0 < overhead < 4000
+    assert 0 < model_size_bytes(m, "fp16") - 2 * n_params < 4000
+    assert model_size_bytes(m, "bf16") == model_size_bytes(m, "fp16")
+    for bits in (2, 4, 8):
+        assert 0 < model_size_bytes(m, f"int{bits}") - payload_bytes(m, bits) < 6000
+    real_int8 = model_size_bytes(ptq(m, "int8"))  # torch's own int8 state dict (packed params)
+    assert real_int8 == pytest.approx(model_size_bytes(m, "int8"), rel=0.1)
+    assert model_size_bytes(m) == torch_save_size(m.state_dict())  # the module was not changed
+
+
+def test_size_of_a_file(tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"x" * 1234)
+    assert model_size_bytes(path) == 1234 == model_size_bytes(str(path))
+    with pytest.raises(ValueError, match="precision=None"):
+        model_size_bytes(path, "int8")
+    with pytest.raises(FileNotFoundError):
+        model_size_bytes(tmp_path / "missing.onnx")
+    with pytest.raises(TypeError):
+        model_size_bytes(42)
+    with pytest.raises(ValueError, match="unknown precision"):
+        model_size_bytes(model(), "int32")
+
+
+@pytest.mark.parametrize("bits", [2, 3, 5, 8, 11, 16])
+def test_pack_codes_round_trip(bits):
+    codes = torch.randint(0, 2**bits, (1001,), generator=torch.Generator().manual_seed(bits))
+    packed = pack_codes(codes, bits)
+    assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(1001 * bits / 8)
+    assert torch.equal(unpack_codes(packed, bits, 1001), codes)
+    with pytest.raises(ValueError, match="must lie in"):
+        pack_codes(torch.tensor([2**bits]), bits)
+    with pytest.raises(ValueError, match="fewer than"):
+        unpack_codes(packed, bits, 2000)
+
+
+@pytest.mark.parametrize("bits", [3, 8])
+def test_packed_state_dict_round_trip(bits):
+    m = nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
+    packed = pack_state_dict(m, bits)
+    assert packed["0.weight.codes"].dtype == torch.uint8
+    restored = nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
+    restored.load_state_dict(unpack_state_dict(packed))
+    for i in (0, 3):
+        assert torch.equal(restored[i].weight, quantize_tensor(m[i].weight, bits, per_channel_axis=0))
+        assert torch.equal(restored[i].bias, m[i].bias)
+    if bits != 8:  # simulated PTQ per channel gives the same weights
+        assert torch.equal(ptq(m, f"int{bits}", per_channel_linear=True)[3].weight, restored[3].weight)
+
+
+def test_relative_change():
+    assert relative_change(25, 100) == -0.75
+    assert relative_change(3.0, -2.0) == 2.5
+    assert relative_change(1, 1) == 0.0
+    for bad in [0, math.inf, math.nan]:
+        with pytest.raises(ValueError, match="non-zero"):
+            relative_change(1.0, bad)
