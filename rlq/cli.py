@@ -99,6 +99,13 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from rlq.results import publish
+
+    print(publish(args.run_dir, overwrite=args.overwrite))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``rlq`` command."""
     parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
@@ -140,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=default_runs_dir())
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_cmd_reproduce)
+
+    p = sub.add_parser("publish", help="copy a finished run's CSVs into data/results/<experiment>/<preset>/")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--overwrite", action="store_true", help="replace results already published there")
+    p.set_defaults(func=_cmd_publish)
     return parser
 
 
@@ -148,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ExperimentError, FileNotFoundError, ValueError) as e:
+    except (ExperimentError, FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"rlq: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -47,3 +47,24 @@ def test_interactive_run_dir_is_created_once_per_process(tmp_path, monkeypatch):
     record(x=1)
     assert load_run(first)["results"] == {"x": 1}
     assert list_runs(tmp_path) == [first]
+
+
+def test_publish_copies_csvs_and_refuses_to_overwrite(tmp_path):
+    from rlq.results import publish
+
+    run = new_run_dir(tmp_path / "runs", "exp")
+    (run / "params.json").write_text('{"x": 1}')
+    (run / "results.json").write_text('{"status": "failed", "experiment": "exp", "preset": "medium"}')
+    (run / "table.csv").write_text("a,b\n1,2\n")
+    dest = tmp_path / "data" / "exp" / "medium"
+    with pytest.raises(ValueError, match="only finished runs"):
+        publish(run, dest=dest)
+    (run / "results.json").write_text('{"status": "ok", "experiment": "exp", "preset": "medium", "y": 3}')
+    assert publish(run, dest=dest) == dest
+    assert (dest / "table.csv").read_text() == "a,b\n1,2\n"
+    assert json.loads((dest / "results.json").read_text())["run_folder"] == run.name
+    with pytest.raises(FileExistsError):
+        publish(run, dest=dest)
+    (run / "table.csv").write_text("a,b\n5,6\n")
+    publish(run, dest=dest, overwrite=True)
+    assert (dest / "table.csv").read_text() == "a,b\n5,6\n"
