@@ -33,6 +33,8 @@ def publish(run_dir: str | Path, overwrite: bool = False, dest: str | Path | Non
     destination that already holds results.
     """
     run_dir = Path(run_dir)
+    if not (run_dir / RESULTS_FILE).is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no {RESULTS_FILE})")
     results = read_json(run_dir / RESULTS_FILE)
     if results.get("status") != "ok":
         raise ValueError(f"{run_dir}: status is {results.get('status')!r}; only finished runs are published")
