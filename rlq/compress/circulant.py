@@ -1,0 +1,280 @@
+"""Block-circulant matrices as plain tensor math: projection, expansion, exact block splitting, FFT product.
+
+Layout used everywhere in :mod:`rlq.compress`: a weight of shape ``(out, in, *kernel)`` (``kernel`` is
+empty for ``nn.Linear``, ``(kh, kw)`` for ``nn.Conv2d``) is cut into ``B x B`` blocks over its first two
+dimensions; block ``(i, j)`` is circulant and defined by one B-vector, so the layer is stored as
+``vectors`` of shape ``(out/B, in/B, B, *kernel)`` with
+
+    weight[i*B + r, j*B + c, ...] = vectors[i, j, (r - c) mod B, ...]
+
+i.e. ``vectors[i, j]`` is the first column of block ``(i, j)``. Every kernel position of a convolution
+is an independent block-circulant matrix over (out_channels, in_channels).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch import Tensor
+
+
+def check_block_size(block_size: int) -> int:
+    """Return ``block_size`` if it is a positive int, else raise ValueError saying what was given."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    return block_size
+
+
+def _check_divides(shape: torch.Size | tuple[int, ...], block_size: int) -> tuple[int, int]:
+    if len(shape) < 2:
+        raise ValueError(f"a block-circulant weight needs at least 2 dimensions, got shape {tuple(shape)}")
+    out, inp = shape[0], shape[1]
+    if out % block_size or inp % block_size:
+        raise ValueError(
+            f"block_size {block_size} must divide both leading dimensions of the weight, "
+            f"got shape {tuple(shape)}"
+        )
+    return out // block_size, inp // block_size
+
+
+def expand_circulant(vectors: Tensor) -> Tensor:
+    """Return the dense ``(out, in, *kernel)`` weight that B-vectors ``(out/B, in/B, B, *kernel)`` define."""
+    if vectors.dim() < 3:
+        raise ValueError(f"vectors must have shape (out/B, in/B, B, *kernel), got {tuple(vectors.shape)}")
+    n_out, n_in, block_size = vectors.shape[:3]
+    kernel = vectors.shape[3:]
+    # Row r of a block is v[(r - c) mod B] over c, i.e. the window z[B-1-r : 2B-1-r] of z = flip(cat(v, v)).
+    # Windows are a view (unfold); one index_select then writes the final layout, no gather per entry and
+    # no extra transposing copy (about 1.6x faster than advanced indexing on CPU).
+    n_kernel = len(kernel)
+    last = vectors.movedim(2, -1)  # (n_out, n_in, *kernel, B)
+    doubled = torch.cat([last, last], dim=-1).flip(-1)
+    windows = doubled.unfold(-1, block_size, 1)  # (n_out, n_in, *kernel, window, c)
+    # to (n_out, window, n_in, c, *kernel): the final layout once the window index is reversed
+    windows = windows.permute(0, 2 + n_kernel, 1, 3 + n_kernel, *range(2, 2 + n_kernel))
+    rows = torch.arange(block_size - 1, -1, -1, device=vectors.device)  # row r uses window B-1-r
+    return windows.index_select(1, rows).reshape(n_out * block_size, n_in * block_size, *kernel)
+
+
+def circulant_projection(weight: Tensor, block_size: int) -> Tensor:
+    """Return the B-vectors of the block-circulant matrix nearest to ``weight`` in Frobenius norm.
+
+    The nearest circulant block averages each cyclic diagonal of the dense block (the orthogonal projection
+    onto the circulant subspace, whose basis, the cyclic shifts, is orthogonal). ``weight`` has shape
+    ``(out, in, *kernel)``; the result has shape ``(out/B, in/B, B, *kernel)``.
+    """
+    check_block_size(block_size)
+    n_out, n_in = _check_divides(weight.shape, block_size)
+    kernel = weight.shape[2:]
+    blocks = weight.reshape(n_out, block_size, n_in, block_size, *kernel).transpose(1, 2)  # (.., r, c, ..)
+    r = torch.arange(block_size, device=weight.device)
+    cols = (r[None, :] - r[:, None]) % block_size  # cols[d, r]: the column of diagonal d in row r
+    return blocks[:, :, r[None, :].expand(block_size, -1), cols].mean(dim=3)
+
+
+def circulant_vectors_exact(weight: Tensor, block_size: int) -> Tensor:
+    """Return the B-vectors of a weight that is exactly block-circulant, read off without arithmetic.
+
+    Unlike :func:`circulant_projection`, which averages B equal numbers (and may round in the last bit),
+    this takes each block's first column, so ``expand_circulant`` of the result reproduces ``weight`` bit
+    for bit. Only meaningful when ``weight`` is block-circulant.
+    """
+    check_block_size(block_size)
+    n_out, n_in = _check_divides(weight.shape, block_size)
+    kernel = weight.shape[2:]
+    blocks = weight.reshape(n_out, block_size, n_in, block_size, *kernel)
+    return blocks[:, :, :, 0].transpose(1, 2).contiguous()  # first column of each block: (n_out, n_in, B, ..)
+
+
+def is_block_circulant_matrix(weight: Tensor, block_size: int, atol: float = 0.0) -> bool:
+    """Return whether ``weight`` is block-circulant with block size B to within ``atol`` (every entry).
+
+    Compares the weight with the expansion of its blocks' first columns, so ``atol=0`` is an exact test.
+    """
+    try:
+        vectors = circulant_vectors_exact(weight, block_size)
+    except ValueError:
+        return False
+    return bool(torch.allclose(expand_circulant(vectors), weight, rtol=0.0, atol=atol))
+
+
+def residue_permutation(size: int, block_size: int, factor: int = 2) -> Tensor:
+    """Return the index permutation that reorders every B-block of ``size`` units by residue mod ``factor``.
+
+    Inside each block the order becomes ``[0, f, 2f, ..., 1, f+1, ...]`` (for B=4, f=2: ``[0, 2, 1, 3]``).
+    Applied to both the rows and the columns of a B-block-circulant matrix, it yields an exactly
+    (B/f)-block-circulant matrix: entry ``(f*a + p, f*b + q)`` of a circulant block is
+    ``v[(f*(a - b) + p - q) mod B]``, which for fixed residues ``p, q`` depends on ``a - b`` mod B/f only.
+    """
+    check_block_size(block_size)
+    check_block_size(factor)
+    if block_size % factor:
+        raise ValueError(f"factor {factor} must divide block_size {block_size}")
+    if size % block_size:
+        raise ValueError(f"block_size {block_size} must divide the number of units {size}")
+    within = torch.arange(block_size).reshape(block_size // factor, factor).t().reshape(-1)
+    starts = torch.arange(0, size, block_size)
+    return (starts[:, None] + within[None, :]).reshape(-1)
+
+
+def split_circulant_vectors(vectors: Tensor, factor: int = 2) -> Tensor:
+    """Return the (B/f)-vectors of the same matrix after :func:`residue_permutation` of its rows and columns.
+
+    Exact: the values are only moved (each entry of ``vectors`` appears f times in the result), so the
+    split has zero parameter shift. Works on masks as well as on values.
+    """
+    if vectors.dim() < 3:
+        raise ValueError(f"vectors must have shape (out/B, in/B, B, *kernel), got {tuple(vectors.shape)}")
+    n_out, n_in, block_size = vectors.shape[:3]
+    weight = expand_circulant(vectors)
+    rows = residue_permutation(n_out * block_size, block_size, factor).to(vectors.device)
+    cols = residue_permutation(n_in * block_size, block_size, factor).to(vectors.device)
+    return circulant_vectors_exact(weight[rows][:, cols], block_size // factor)
+
+
+def circulant_matmul_fft(x: Tensor, vectors: Tensor) -> Tensor:
+    """Return ``x @ expand_circulant(vectors).T`` computed with real FFTs of length B (Linear layout only).
+
+    Each circulant block acts as a circular convolution with its B-vector, so in the frequency domain a
+    layer is ``Y_i = sum_j V_ij * X_j`` per frequency. ``x`` has shape ``(..., in)``, ``vectors``
+    ``(out/B, in/B, B)``; the result has shape ``(..., out)``.
+    """
+    if vectors.dim() != 3:
+        raise ValueError(
+            f"the FFT product needs Linear vectors of shape (out/B, in/B, B), got {tuple(vectors.shape)}"
+        )
+    n_out, n_in, block_size = vectors.shape
+    if x.shape[-1] != n_in * block_size:
+        raise ValueError(
+            f"input has {x.shape[-1]} features, the block-circulant weight expects {n_in * block_size}"
+        )
+    lead = x.shape[:-1]
+    x_freq = torch.fft.rfft(x.reshape(*lead, n_in, block_size), dim=-1)  # (..., n_in, F)
+    v_freq = torch.fft.rfft(vectors, dim=-1)  # (n_out, n_in, F)
+    y_freq = torch.einsum("...jf,ijf->...if", x_freq, v_freq)
+    y = torch.fft.irfft(y_freq, n=block_size, dim=-1)  # (..., n_out, B)
+    return y.reshape(*lead, n_out * block_size)
+
+
+def _median_seconds(fn, repeats: int, warmup: int, sync) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_forward_paths(
+    out_features: int,
+    in_features: int,
+    block_size: int,
+    batch: int,
+    *,
+    training: bool = False,
+    repeats: int = 5,
+    warmup: int = 1,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, float]:
+    """Return median seconds per call of each way to apply one block-circulant Linear layer to a batch.
+
+    Keys: ``"dense"`` (expand the B-vectors to a dense weight, then one matmul: rlq's default forward path),
+    ``"fft"`` (:func:`circulant_matmul_fft`) and ``"plain"`` (a matmul with an already dense weight: what
+    an uncompressed ``nn.Linear`` costs, for reference). With ``training=True`` each call also runs the
+    backward pass to the B-vectors and the input.
+    """
+    check_block_size(block_size)
+    _check_divides((out_features, in_features), block_size)
+    if batch < 1 or repeats < 1 or warmup < 0:
+        raise ValueError(f"batch and repeats must be >= 1 and warmup >= 0, got {batch}, {repeats}, {warmup}")
+    device = torch.device(device)
+    generator = torch.Generator().manual_seed(0)
+    shape = (out_features // block_size, in_features // block_size, block_size)
+    vectors = torch.randn(shape, generator=generator, dtype=dtype).to(device).requires_grad_(training)
+    dense_weight = expand_circulant(vectors.detach()).requires_grad_(training)
+    x = torch.randn(batch, in_features, generator=generator, dtype=dtype).to(device).requires_grad_(training)
+
+    def run(compute):
+        def call():
+            y = compute()
+            if training:
+                y.sum().backward()
+
+        return call
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    paths = {
+        "dense": lambda: torch.nn.functional.linear(x, expand_circulant(vectors)),
+        "fft": lambda: circulant_matmul_fft(x, vectors),
+        "plain": lambda: torch.nn.functional.linear(x, dense_weight),
+    }
+    with torch.set_grad_enabled(training):
+        return {name: _median_seconds(run(fn), repeats, warmup, sync) for name, fn in paths.items()}
+
+
+class ForwardPathCache:
+    """Measured choices of forward path per layer shape, so each shape is timed once per process.
+
+    Like cuDNN's benchmark mode, this is a memo of measurements of this machine, not experiment state;
+    :func:`choose_forward_path` uses one shared instance, which :func:`clear_forward_path_cache` empties.
+    """
+
+    def __init__(self) -> None:
+        self.choices: dict[tuple, str] = {}
+
+    def clear(self) -> None:
+        """Forget every measured choice."""
+        self.choices.clear()
+
+
+_FORWARD_PATHS = ForwardPathCache()
+
+
+def clear_forward_path_cache() -> None:
+    """Forget every forward-path choice measured so far in this process."""
+    _FORWARD_PATHS.clear()
+
+
+def choose_forward_path(
+    out_features: int,
+    in_features: int,
+    block_size: int,
+    batch: int,
+    *,
+    training: bool = False,
+    repeats: int = 3,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> str:
+    """Return ``"dense"`` or ``"fft"``, whichever measured faster for this layer shape and batch size.
+
+    Both paths are timed once (median of ``repeats`` calls, see :func:`measure_forward_paths`) the first
+    time a shape is asked for; the decision is cached per ``(out, in, B, batch, training, device, dtype)``.
+    Ties go to ``"dense"``, rlq's default.
+    """
+    key = (out_features, in_features, block_size, batch, training, str(torch.device(device)), dtype)
+    choice = _FORWARD_PATHS.choices.get(key)
+    if choice is None:
+        seconds = measure_forward_paths(
+            out_features,
+            in_features,
+            block_size,
+            batch,
+            training=training,
+            repeats=repeats,
+            device=device,
+            dtype=dtype,
+        )
+        choice = "fft" if seconds["fft"] < seconds["dense"] else "dense"
+        _FORWARD_PATHS.choices[key] = choice
+    return choice

@@ -1,0 +1,186 @@
+"""GSTSchedule (our design of the unpublished parts): decisions, and carrying them out during training."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from rlq.compress import (
+    GSTConfig,
+    GSTSchedule,
+    RewardAwareConfig,
+    average_compression_ratio,
+    block_size_of,
+    compression_ratio,
+    covered_fraction,
+    is_block_circulant,
+    sparsity_of,
+)
+from rlq.compress.circulant import is_block_circulant_matrix
+
+
+def mlp(sizes=(6, 16, 16, 16, 3)) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def config(**overrides) -> GSTConfig:
+    base = dict(
+        total_steps=1000,
+        block_schedule=((0.0, 4), (0.2, 2)),
+        bc_end=0.5,
+        s_shift=0.4,
+        prune_every=50,
+        sparsity=RewardAwareConfig(window=2, step_size=0.1, max_sparsity=0.9),
+    )
+    return GSTConfig(**{**base, **overrides})
+
+
+def decisions(schedule: GSTSchedule, rewards=lambda step: 1.0, every: int = 10):
+    return [
+        (a.step, a.kind, a.block_size, None if a.sparsity is None else round(a.sparsity, 4))
+        for step in range(0, schedule.config.total_steps, every)
+        for a in schedule.step(step, rewards(step))
+    ]
+
+
+def test_timeline_of_actions_under_steady_reward():
+    schedule = GSTSchedule(config())
+    assert schedule.rise_step == 200 and schedule.handover_step == 500
+    actions = decisions(schedule)
+    assert actions[:2] == [(0, "block_circulant", 4, None), (200, "transition", 2, None)]
+    prunes = [a for a in actions if a[1] == "prune"]
+    # First update at 200 fills the window (warmup); then +0.1 every 50 steps on the B-vectors.
+    assert prunes[:3] == [(250, "prune", None, 0.1), (300, "prune", None, 0.2), (350, "prune", None, 0.3)]
+    handover = next(a for a in actions if a[1] == "hand_over")
+    # Vectors at sparsity 0.5 with B=2 store 25% of the weights: kept-ratio hand-over at 0.75.
+    assert handover == (500, "hand_over", 2, 0.75)
+    assert prunes[-1][3] == 0.9 and all(a[3] <= 0.9 for a in prunes)
+    assert schedule.phase(100) == "block_circulant"
+    assert schedule.phase(300) == "block_circulant+pruning"
+    assert schedule.phase(700) == "pruning"
+    assert (
+        schedule.block_size_at(100) == 4
+        and schedule.block_size_at(300) == 2
+        and schedule.block_size_at(600) is None
+    )
+
+
+def test_s_shift_moves_the_start_of_pruning_within_the_block_circulant_phase():
+    assert GSTSchedule(config(s_shift=1.0)).rise_step == 500
+    assert GSTSchedule(config(s_shift=0.25)).rise_step == 125
+    assert GSTSchedule(config(s_shift=0.0)).rise_step == 0
+    late = [a for a in decisions(GSTSchedule(config(s_shift=1.0))) if a[1] == "prune"]
+    assert late[0][0] > 500
+
+
+def test_reward_drop_pauses_the_target():
+    schedule = GSTSchedule(config())
+    actions = decisions(schedule, rewards=lambda step: 1.0 if step < 400 else 0.2)
+    prunes = [a for a in actions if a[1] == "prune" and a[0] >= 400]
+    assert prunes and prunes[0][3] < 0.4  # backed off from the peak it had reached before step 400
+    assert schedule.controller.target < 0.5
+
+
+def test_schedule_resumes_from_its_state_dict():
+    whole, first = GSTSchedule(config()), GSTSchedule(config())
+    reward = lambda step: float(step % 7)  # noqa: E731
+    for step in range(0, 400, 10):
+        whole.step(step, reward(step))
+        first.step(step, reward(step))
+    resumed = GSTSchedule(config())
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    rest = range(400, 1000, 10)
+    assert [whole.step(s, reward(s)) for s in rest] == [resumed.step(s, reward(s)) for s in rest]
+    with pytest.raises(ValueError, match="go back"):
+        resumed.step(10)
+
+
+def train_with_schedule(schedule: GSTSchedule, net: nn.Module, every: int = 10):
+    """A stand-in training loop: a few Adam steps between schedule calls, recording what GST did."""
+    torch.manual_seed(1)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x = torch.randn(16, 6)
+    ratios, steps, events = [], [], {}
+    for step in range(0, schedule.config.total_steps, every):
+        before = net(x).detach()
+        actions = schedule.apply_(net, step, reward=1.0, optimizers=[optimizer])
+        for action in actions:
+            events.setdefault(action.kind, []).append((step, (net(x).detach() - before).abs().max().item()))
+        ratios.append(compression_ratio(net))
+        steps.append(step)
+        if schedule.phase(step) != "pruning":
+            for layer in (net[2], net[4]):
+                assert is_block_circulant_matrix(layer.weight.detach(), block_size_of(layer))
+        optimizer.zero_grad()
+        net(x).square().mean().backward()
+        optimizer.step()
+    return ratios, steps, events
+
+
+@pytest.mark.parametrize("method", ["exact", "projection"])
+def test_apply_runs_the_whole_schedule_on_a_network(method):
+    torch.manual_seed(0)
+    net = mlp()
+    schedule = GSTSchedule(config(transition_method=method))
+    ratios, steps, events = train_with_schedule(schedule, net)
+    transition_step, transition_change = events["transition"][0]
+    assert transition_step == 200
+    if method == "exact":
+        assert transition_change < 1e-5  # the function is kept through the exact transition
+    assert not is_block_circulant(net[2]) and sparsity_of(net[2]) == pytest.approx(0.9, abs=0.01)
+    assert sparsity_of(net[0]) == 0.0  # first and last layers stay dense
+    # BC from step 0: 75% on the two hidden layers (512 of 96 + 256 + 256 + 48 = 656 weights).
+    assert ratios[0] == pytest.approx(0.75 * 512 / 656)
+    assert min(ratios) > 0.3 and ratios[-1] == pytest.approx(0.9 * 512 / 656, abs=0.01)
+    average = average_compression_ratio(ratios, steps=steps, total_steps=1000)
+    assert average == pytest.approx(sum(ratios) / len(ratios))
+
+
+def test_exact_handover_keeps_the_function_and_s_shift_raises_average_compression():
+    averages = {}
+    for s_shift in (0.25, 1.0):
+        torch.manual_seed(0)
+        net = mlp()
+        schedule = GSTSchedule(config(s_shift=s_shift, handover="exact", block_schedule=((0.0, 4),)))
+        ratios, _, events = train_with_schedule(schedule, net)
+        assert events["hand_over"][0][1] < 1e-5
+        averages[s_shift] = sum(ratios) / len(ratios)
+    assert averages[0.25] > averages[1.0]
+
+
+def test_covered_fraction_of_a_wide_network():
+    torch.manual_seed(0)
+    net = mlp((8, 64, 64, 64, 2))
+    schedule = GSTSchedule(config())
+    schedule.apply_(net, 0)
+    report = schedule.last_reports["block_circulant"]
+    hand_count = 2 * 64 * 64 / (8 * 64 + 2 * 64 * 64 + 64 * 2)
+    assert report.covered_fraction == pytest.approx(hand_count) == covered_fraction(net)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(total_steps=0), "total_steps"),
+        (dict(block_schedule=((0.1, 4),)), "start with"),
+        (dict(block_schedule=((0.0, 4), (0.3, 2), (0.2, 1))), "increase"),
+        (dict(block_schedule=((0.0, 4), (0.6, 2))), "before bc_end"),
+        (dict(block_schedule=((0.0, 4), (0.2, 3))), "divide the previous"),
+        (dict(block_schedule=((0.0, 0),)), "positive int"),
+        (dict(bc_end=0.0), "bc_end"),
+        (dict(s_shift=1.5), "s_shift"),
+        (dict(prune_every=0), "prune_every"),
+        (dict(handover="smooth"), "handover"),
+        (dict(transition_method="svd"), "transition_method"),
+        (dict(scope="net"), "scope"),
+    ],
+)
+def test_bad_config_is_rejected(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config(**overrides)
