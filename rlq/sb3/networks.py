@@ -122,3 +122,19 @@ def refresh_optimizers(policy: nn.Module) -> int:
                 del opt.state[p]
                 dropped += 1
     return dropped
+
+
+def copy_policy(policy: nn.Module) -> nn.Module:
+    """Return an independent copy of an SB3 policy in eval mode, compression structure included.
+
+    ``copy.deepcopy`` fails on a policy that has acted with gradients on (SB3 keeps the last action
+    distribution, a non-leaf tensor), so the copy is rebuilt from the policy's constructor arguments and
+    its state dict, block-circulant and pruned layers re-created as the keys say.
+    """
+    from rlq.compress import load_compressed_state_dict_
+
+    fresh = type(policy)(**policy._get_constructor_parameters())
+    load_compressed_state_dict_(fresh, policy.state_dict())
+    fresh.to(policy.device)
+    fresh.set_training_mode(False)
+    return fresh
