@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rlq)" >/dev/null
 	touch $(STAMP)
 
+# the report is built even when an experiment failed (it lists failed runs); the exit status is reproduce's
 reproduce: $(STAMP)
-	$(BIN)/rlq reproduce --preset quick
+	$(BIN)/rlq reproduce --preset quick; status=$$?; $(BIN)/rlq report; exit $$status
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

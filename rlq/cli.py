@@ -106,6 +106,15 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from rlq.report import build_report
+
+    path, text = build_report(args.runs, args.out)
+    print(text)
+    print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``rlq`` command."""
     parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
@@ -152,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--overwrite", action="store_true", help="replace results already published there")
     p.set_defaults(func=_cmd_publish)
+
+    p = sub.add_parser("report", help="every paper number beside ours, as runs/report.html and a text table")
+    p.add_argument(
+        "--runs", type=Path, default=default_runs_dir(), help="parent of run folders (default: runs/)"
+    )
+    p.add_argument("--out", type=Path, help="HTML file to write (default: <runs>/report.html)")
+    p.set_defaults(func=_cmd_report)
     return parser
 
 

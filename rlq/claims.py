@@ -1,0 +1,98 @@
+"""Which of our recorded numbers answers which paper number, and when the claim holds.
+
+Each :class:`Claim` points at rows of ``data/paper/*.csv`` (paper, experiment, metric) and at the
+experiment notebook whose ``results.json`` holds our number. ``rlq report`` walks this list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Results = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper number, where ours comes from, and the test that says whether the paper's claim holds."""
+
+    paper: str
+    experiment: str
+    metric: str
+    ours_experiment: str
+    ours: Callable[[Results], float | None]
+    holds: Callable[[float, float], bool]
+    rule: str
+    """The test in words, e.g. ``ours >= paper - 5``."""
+
+
+def _get(*keys: str) -> Callable[[Results], float | None]:
+    def read(results: Results) -> float | None:
+        value: Any = results
+        for key in keys:
+            if not isinstance(value, dict) or key not in value:
+                return None
+            value = value[key]
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return read
+
+
+def _scaled(read: Callable[[Results], float | None], factor: float) -> Callable[[Results], float | None]:
+    def scaled(results: Results) -> float | None:
+        value = read(results)
+        return None if value is None else value * factor
+
+    return scaled
+
+
+def _max_of(key: str) -> Callable[[Results], float | None]:
+    def read(results: Results) -> float | None:
+        values = results.get(key)
+        if not isinstance(values, dict) or not values:
+            return None
+        numbers = [float(v) for v in values.values() if isinstance(v, (int, float))]
+        return max(numbers) if numbers else None
+
+    return read
+
+
+CLAIMS: list[Claim] = [
+    Claim(
+        "quarl",
+        "ptq",
+        "int8_reward_drop",
+        "quarl_ptq",
+        _scaled(_get("worst_int8_relative_change"), -100.0),
+        lambda ours, paper: ours <= 5.0,
+        "worst int8 reward drop (%) <= 5",
+    ),
+    Claim(
+        "quarl",
+        "ptq",
+        "enough_bits_max",
+        "quarl_ptq",
+        _max_of("lowest_bits_within_tolerance"),
+        lambda ours, paper: ours <= paper,
+        "lowest bit width within tolerance, worst run, <= paper",
+    ),
+    Claim(
+        "gst",
+        "cifar10",
+        "compression_ratio",
+        "gst_classification",
+        _scaled(_get("gst_final_compression"), 100.0),
+        lambda ours, paper: ours >= paper - 5.0,
+        "ours >= paper - 5 %p",
+    ),
+    Claim(
+        "gst",
+        "cifar10",
+        "accuracy_drop_vs_dense",
+        "gst_classification",
+        _scaled(_get("gst_accuracy_drop_vs_dense"), 100.0),
+        lambda ours, paper: ours <= paper + 1.0,
+        "accuracy drop (%p) <= paper + 1",
+    ),
+]
