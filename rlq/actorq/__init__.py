@@ -1,0 +1,100 @@
+"""ActorQ: distributed actor-learner training whose actors act with quantized policies.
+
+QuaRL (Krishnan et al., TMLR 2022, arXiv 1910.01055), section 5: a learner trains in fp32; a broadcaster
+quantizes the policy (fp16, int8 or fewer bits) and publishes it; actors pull it every ``update_period``
+steps, act with quantized inference and send their transitions to the learner's replay buffer.
+
+- :class:`ActorQConfig`: every knob, validated before anything starts.
+- :func:`train` -> :class:`ActorQResult`: learning curve against wall-clock, time breakdown per component,
+  bytes per broadcast; ``backend="local"`` (one process) or ``"ray"`` (Ray actors, restarted when they die).
+- :func:`ray_session`: one Ray instance for several ``train`` calls.
+- :class:`D4PG`: the paper's learner (distributional critic, n-step returns) as a Stable-Baselines3 algorithm.
+- :func:`encode_policy` / :func:`decode_policy`: the broadcast wire format at any precision.
+- :func:`measure_engines` / :func:`choose_backend`: actor inference engines (PyTorch, ONNX Runtime) measured.
+
+Builds on ``rlq.quant`` (quantization, latency), ``rlq.agents`` (SB3 models) and ``rlq.envs``; nothing below
+imports it. Names load on first use: an actor process imports neither SB3 nor, with ONNX Runtime, PyTorch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Names are loaded on first use, so that an actor process (which imports rlq.actorq.actor) pulls in
+# neither Stable-Baselines3 nor, with ONNX Runtime inference, PyTorch.
+_HOMES = {
+    "DecodedPolicy": "broadcast",
+    "QuantizedWeight": "broadcast",
+    "decode_policy": "broadcast",
+    "encode_policy": "broadcast",
+    "D4PG": "d4pg",
+    "categorical_projection": "d4pg",
+    "ActorQConfig": "config",
+    "ActorQConfigError": "config",
+    "OnnxEngine": "inference",
+    "TorchEngine": "inference",
+    "choose_backend": "inference",
+    "make_engine": "inference",
+    "measure_engines": "inference",
+    "PolicyArchitecture": "architecture",
+    "PolicyNet": "policy",
+    "architecture_of": "policy",
+    "policy_weights": "policy",
+    "BREAKDOWN_KEYS": "training",
+    "ActorQResult": "training",
+    "TrainingProgress": "training",
+    "time_to_return": "training",
+    "ray_session": "runtime",
+    "train": "training",
+}
+
+if TYPE_CHECKING:
+    from rlq.actorq.architecture import PolicyArchitecture
+    from rlq.actorq.broadcast import DecodedPolicy, QuantizedWeight, decode_policy, encode_policy
+    from rlq.actorq.config import ActorQConfig, ActorQConfigError
+    from rlq.actorq.d4pg import D4PG, categorical_projection
+    from rlq.actorq.inference import OnnxEngine, TorchEngine, choose_backend, make_engine, measure_engines
+    from rlq.actorq.policy import PolicyNet, architecture_of, policy_weights
+    from rlq.actorq.runtime import ray_session
+    from rlq.actorq.training import BREAKDOWN_KEYS, ActorQResult, TrainingProgress, time_to_return, train
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rlq.actorq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rlq.actorq.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
+
+__all__ = [
+    "BREAKDOWN_KEYS",
+    "ActorQConfig",
+    "ActorQConfigError",
+    "ActorQResult",
+    "D4PG",
+    "DecodedPolicy",
+    "OnnxEngine",
+    "PolicyArchitecture",
+    "PolicyNet",
+    "QuantizedWeight",
+    "TorchEngine",
+    "TrainingProgress",
+    "architecture_of",
+    "categorical_projection",
+    "choose_backend",
+    "decode_policy",
+    "encode_policy",
+    "make_engine",
+    "measure_engines",
+    "policy_weights",
+    "ray_session",
+    "time_to_return",
+    "train",
+]

@@ -1,0 +1,253 @@
+"""The actors' inference engines: the acting network at fp32, fp16, int8 or simulated n bits, in PyTorch or ONNX Runtime.
+
+An engine is loaded with each policy the actor pulls (``load``) and then maps a batch of observations to the
+network's outputs (``__call__``). PyTorch engines quantize with :func:`rlq.quant.ptq` (int8: dynamic
+quantization with real int8 kernels). ONNX Runtime engines build the graph straight from the broadcast
+weights: at int8 one ``com.microsoft.DynamicQuantizeMatMul`` node per layer (int8 weights with a scale
+per output channel, activations quantized per batch), so an int8 broadcast is used as it arrives, with no
+export or requantization on the actor. On a 2048x3 MLP at batch 1 with one thread this is the fastest
+path measured here (see ``benchmarks/bench_actorq.py``); :func:`choose_backend` decides by measurement.
+PyTorch is imported only by the PyTorch engine, so an ONNX Runtime actor process never loads it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import numpy as np
+
+from rlq.actorq.architecture import LOG_STD_MAX, LOG_STD_MIN, PolicyArchitecture
+from rlq.actorq.broadcast import DecodedPolicy, QuantizedWeight, quantize_weight
+
+ONNX_OPSET = 17
+
+
+class InferenceEngine(Protocol):
+    """Something an actor acts with: ``load`` a pulled policy, then call it on a batch of observations."""
+
+    name: str
+
+    def load(self, policy: DecodedPolicy) -> None: ...
+
+    def __call__(self, obs: np.ndarray) -> list[np.ndarray]: ...
+
+
+def engine_backends(precision: str) -> tuple[str, ...]:
+    """Return the backends that can act at ``precision`` (a canonical name): torch always; onnx at fp32 and int8."""
+    return ("torch", "onnx") if precision in ("fp32", "int8") else ("torch",)
+
+
+class TorchEngine:
+    """The acting network in PyTorch: fp32 as is, fp16 cast, int8 dynamically quantized, intN simulated."""
+
+    def __init__(self, arch: PolicyArchitecture, precision: str):
+        import torch
+
+        from rlq.actorq.policy import PolicyNet
+        from rlq.quant import parse_precision
+
+        self.arch = arch
+        self.precision = parse_precision(precision).name
+        self.name = f"torch-{self.precision}"
+        # The weights are overwritten by load(): draw nothing from the caller's random stream.
+        with torch.random.fork_rng():
+            self.net = PolicyNet(arch).eval()
+        self.model = None
+
+    def load(self, policy: DecodedPolicy) -> None:
+        """Load ``policy``'s weights, then quantize the network to the engine's precision."""
+        from rlq.quant import parse_precision, ptq
+
+        spec = parse_precision(self.precision)
+        self.net.load_arrays(policy.float_weights())
+        already = not spec.is_float and all(
+            isinstance(w, QuantizedWeight) and w.bits == spec.bits
+            for k, w in policy.weights.items()
+            if k.endswith(".weight")
+        )
+        if spec.name == "fp32" or (already and spec.bits != 8):
+            self.model = self.net  # n-bit weights that arrived per channel are already what intN acts with
+        else:
+            self.model = ptq(self.net, spec.name, per_channel_linear=True)
+
+    def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
+        import torch
+
+        if self.model is None:
+            raise RuntimeError("no policy loaded yet")
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)))
+        if isinstance(out, tuple):
+            return [o.numpy() for o in out]
+        return [out.numpy()]
+
+
+class OnnxEngine:
+    """The acting network as an ONNX Runtime session built from the broadcast weights (fp32 or int8)."""
+
+    def __init__(self, arch: PolicyArchitecture, precision: str, threads: int = 1):
+        if precision not in ("fp32", "int8"):
+            raise ValueError(f"ONNX Runtime actors act at fp32 or int8, not {precision}")
+        self.arch, self.precision, self.threads = arch, precision, threads
+        self.name = f"onnx-{precision}"
+        self.session = None
+
+    def _linear(
+        self, nodes: list, inits: list, name: str, x: str, weight, bias: np.ndarray, out: str
+    ) -> None:
+        from onnx import helper, numpy_helper
+
+        tag = name.replace(".weight", "").replace(".", "_")
+        b = numpy_helper.from_array(np.ascontiguousarray(bias, dtype=np.float32), f"{tag}_b")
+        if self.precision == "int8":
+            q = weight if isinstance(weight, QuantizedWeight) and weight.bits == 8 else None
+            if q is None:
+                dense = weight.dequantize() if isinstance(weight, QuantizedWeight) else weight
+                q = quantize_weight(dense, 8)
+            inits += [
+                numpy_helper.from_array(np.ascontiguousarray(q.codes.T), f"{tag}_wq"),
+                numpy_helper.from_array(np.ascontiguousarray(q.scale, dtype=np.float32), f"{tag}_ws"),
+                numpy_helper.from_array(np.zeros(q.scale.shape, dtype=np.int8), f"{tag}_wz"),
+                b,
+            ]
+            nodes.append(
+                helper.make_node(
+                    "DynamicQuantizeMatMul",
+                    [x, f"{tag}_wq", f"{tag}_ws", f"{tag}_wz", f"{tag}_b"],
+                    [out],
+                    domain="com.microsoft",
+                )
+            )
+        else:
+            dense = weight.dequantize() if isinstance(weight, QuantizedWeight) else weight
+            inits += [numpy_helper.from_array(np.ascontiguousarray(dense.T, dtype=np.float32), f"{tag}_w"), b]
+            nodes.append(helper.make_node("MatMul", [x, f"{tag}_w"], [f"{tag}_mm"]))
+            nodes.append(helper.make_node("Add", [f"{tag}_mm", f"{tag}_b"], [out]))
+
+    def model_bytes(self, policy: DecodedPolicy) -> bytes:
+        """Return the serialized ONNX model of ``policy`` at the engine's precision."""
+        from onnx import TensorProto, helper, numpy_helper
+
+        arch, w = self.arch, policy.weights
+        nodes: list = []
+        inits: list = []
+        x = "obs"
+        act = {"relu": "Relu", "tanh": "Tanh"}[arch.activation]
+        for i in range(len(arch.hidden_sizes)):
+            self._linear(
+                nodes, inits, f"layers.{i}.weight", x, w[f"layers.{i}.weight"], w[f"layers.{i}.bias"], f"h{i}"
+            )
+            nodes.append(helper.make_node(act, [f"h{i}"], [f"a{i}"]))
+            x = f"a{i}"
+        if arch.stochastic:
+            self._linear(nodes, inits, "mu.weight", x, w["mu.weight"], w["mu.bias"], "mean")
+            self._linear(
+                nodes, inits, "log_std.weight", x, w["log_std.weight"], w["log_std.bias"], "log_std_raw"
+            )
+            inits += [
+                numpy_helper.from_array(np.array(LOG_STD_MIN, dtype=np.float32), "log_std_min"),
+                numpy_helper.from_array(np.array(LOG_STD_MAX, dtype=np.float32), "log_std_max"),
+            ]
+            nodes.append(helper.make_node("Clip", ["log_std_raw", "log_std_min", "log_std_max"], ["log_std"]))
+            outputs = ["mean", "log_std"]
+        else:
+            self._linear(nodes, inits, "mu.weight", x, w["mu.weight"], w["mu.bias"], "mu")
+            nodes.append(helper.make_node("Tanh", ["mu"], ["action"]))
+            outputs = ["action"]
+        graph = helper.make_graph(
+            nodes,
+            "actorq_policy",
+            [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", arch.obs_dim])],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["batch", arch.act_dim]) for o in outputs],
+            inits,
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid("com.microsoft", 1)],
+        )
+        model.ir_version = 8
+        return model.SerializeToString()
+
+    def load(self, policy: DecodedPolicy) -> None:
+        """Build the ONNX graph of ``policy`` and open an ONNX Runtime session on it (``threads`` threads)."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(
+            self.model_bytes(policy), options, providers=["CPUExecutionProvider"]
+        )
+        self._outputs = [o.name for o in self.session.get_outputs()]
+
+    def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
+        if self.session is None:
+            raise RuntimeError("no policy loaded yet")
+        return self.session.run(self._outputs, {"obs": np.ascontiguousarray(obs, dtype=np.float32)})
+
+
+def make_engine(arch: PolicyArchitecture, precision: str, backend: str) -> TorchEngine | OnnxEngine:
+    """Return an unloaded engine for ``precision`` on ``backend`` (``torch`` or ``onnx``)."""
+    if backend == "torch":
+        return TorchEngine(arch, precision)
+    if backend == "onnx":
+        return OnnxEngine(arch, precision)
+    raise ValueError(f"unknown actor backend {backend!r}; choose torch or onnx")
+
+
+def measure_engines(
+    arch: PolicyArchitecture,
+    precision: str,
+    backends: tuple[str, ...] | None = None,
+    policy: DecodedPolicy | None = None,
+    repeats: int = 200,
+) -> dict[str, dict[str, float]]:
+    """Return ``{backend: {median_us, p90_us, load_s}}`` of the acting network on each backend, batch 1, one thread.
+
+    ``policy`` defaults to a freshly initialised network at fp32. Latency is :func:`rlq.quant.measure_latency`;
+    ``load_s`` is the median time of a ``load`` of the policy (after a first, untimed one).
+    """
+    import torch
+
+    from rlq.actorq.policy import PolicyNet
+    from rlq.quant import measure_latency
+    from rlq.quant.latency import torch_threads
+
+    if policy is None:
+        with torch.random.fork_rng():  # measuring must not move the run's random streams
+            torch.manual_seed(0)
+            net = PolicyNet(arch)
+        weights = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+        policy = DecodedPolicy(0, "fp32", weights)
+    obs = np.random.default_rng(0).standard_normal((1, arch.obs_dim)).astype(np.float32)
+    results = {}
+    with torch_threads(1):
+        for backend in backends or engine_backends(precision):
+            engine = make_engine(arch, precision, backend)
+            engine.load(policy)  # the first load pays one-off initialisation (ONNX Runtime's, torch's)
+            loads = []
+            for _ in range(3):
+                start = time.perf_counter()
+                engine.load(policy)
+                loads.append(time.perf_counter() - start)
+            load_s = float(np.median(loads))
+            results[backend] = {**measure_latency(engine, obs, repeats=repeats, warmup=20), "load_s": load_s}
+    return results
+
+
+def choose_backend(
+    arch: PolicyArchitecture, precision: str, steps_per_load: int = 30
+) -> tuple[str, dict[str, dict[str, float]]]:
+    """Return the backend with the lowest measured cost per actor step at ``precision``, and all measurements.
+
+    The cost of a step is its batch-1 latency plus one policy load spread over ``steps_per_load`` steps
+    (an actor loads at most once per update period), so an engine that is fast to run but slow to load
+    does not win when policies change every few steps.
+    """
+    timings = measure_engines(arch, precision)
+    for t in timings.values():
+        t["cost_per_step_us"] = t["median_us"] + 1e6 * t["load_s"] / max(1, steps_per_load)
+    return min(timings, key=lambda b: timings[b]["cost_per_step_us"]), timings

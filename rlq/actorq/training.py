@@ -1,0 +1,493 @@
+"""ActorQ training: the driver loop that ties learner, broadcaster and actors together.
+
+The driver hosts the learner and the broadcaster. It hands actors chunks of ``update_period`` steps
+(each chunk starts with a pull of the latest policy), writes the transitions they send into the replay
+buffer, and runs the learner as a Reverb-style rate limiter allows: ``samples_per_insert / batch_size``
+gradient steps per inserted transition, with actors paused when they run more than ``max_insert_lead``
+transitions ahead. After every ``broadcast_every`` learner steps the broadcaster quantizes the policy to
+``comm_precision`` and publishes it. The same loop drives both runtimes; only where the actors run differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rlq.actorq.actor import ACTOR_TIMERS
+from rlq.actorq.broadcast import decode_policy, encode_policy
+from rlq.actorq.config import ActorQConfig
+from rlq.actorq.inference import choose_backend, make_engine
+from rlq.actorq.learner import Learner, check_resumable, has_checkpoint, write_config
+from rlq.actorq.policy import PolicyArchitecture, architecture_of, policy_weights
+from rlq.actorq.runtime import ActorFailure, actor_seed, make_runtime
+from rlq.quant.latency import torch_threads
+
+log = logging.getLogger(__name__)
+
+LEARNER_TIMERS = (
+    "learner_insert",
+    "learner_sample",
+    "learner_update",
+    "broadcast",
+    "learner_wait",
+    "evaluate",
+    "checkpoint",
+    "setup",
+    "shutdown",
+    "driver_other",
+)
+"""Breakdown keys of the driver's time (learner, broadcaster, evaluation, start-up), in seconds."""
+BREAKDOWN_KEYS = ACTOR_TIMERS + LEARNER_TIMERS
+"""Every key of :attr:`ActorQResult.breakdown`."""
+HISTORY_COLUMNS = [
+    "wall_time_s",
+    "env_steps",
+    "learner_steps",
+    "eval_return",
+    "eval_return_std",
+    "policy_version",
+]
+EPISODE_COLUMNS = ["env_steps", "actor_id", "episode_return"]
+
+
+@dataclass
+class TrainingProgress:
+    """What a ``train`` callback sees after each round of learner updates."""
+
+    learner_steps: int
+    """Gradient steps done so far."""
+    env_steps: int
+    """Transitions inserted into the replay buffer so far."""
+    wall_time_s: float
+    """Training wall-clock so far (evaluation and checkpoints excluded)."""
+    eval_return: float | None
+    """Latest evaluation return, None before the first."""
+    actors: list[Any]
+    """The actors: Ray actor handles (``backend="ray"``) or the in-process ``ActorWorker`` objects."""
+    backend: str
+    """``local`` or ``ray``."""
+
+
+@dataclass
+class ActorQResult:
+    """The outcome of :func:`train`: learning curve, time breakdown and communication cost."""
+
+    config: ActorQConfig
+    """The configuration it ran with."""
+    history: pd.DataFrame
+    """One row per evaluation: wall_time_s (training wall-clock), env_steps, learner_steps, eval_return(_std), policy_version."""
+    breakdown: dict[str, float]
+    """Seconds per component (:data:`BREAKDOWN_KEYS`). Actor keys are summed over actors; with the local backend all
+    keys add up to ``elapsed_s``, with Ray the learner keys do and the actors ran beside them."""
+    bytes_per_broadcast: int
+    """Size of one broadcast blob in bytes."""
+    elapsed_s: float
+    """Seconds of this run, start-up, evaluation and earlier attempts of a resumed run included."""
+    wall_time_s: float
+    """Training wall-clock: ``elapsed_s`` less start-up, evaluation and checkpoints."""
+    env_steps: int
+    """Transitions collected by the actors."""
+    learner_steps: int
+    """Gradient steps of the learner."""
+    broadcasts: int
+    """Policies published."""
+    actor_backend: str
+    """Inference engine the actors used, e.g. ``onnx-int8``."""
+    backend_timings: dict[str, dict[str, float]]
+    """Measured batch-1 latency and load time per candidate engine (when ``actor_backend="auto"``)."""
+    actor_steps_per_s: float
+    """Environment steps per second of one busy actor (steps / actor seconds, pulls and loads included)."""
+    actor_restarts: int
+    """Times a Ray actor died and was restarted."""
+    actors_lost: int
+    """Actors that died for good (out of restarts)."""
+    episodes: pd.DataFrame
+    """Training episodes the actors finished: env_steps, actor_id, episode_return."""
+    resumed_from: int | None
+    """Learner step this run resumed from, or None."""
+    checkpoint: Path | None
+    """Newest checkpoint's model file, or None."""
+    model: Any = field(repr=False, default=None)
+    """The learner's SB3 model (fp32)."""
+
+    def time_to_return(self, threshold: float) -> float | None:
+        """Return the training wall-clock at which the evaluation return first reached ``threshold``, or None."""
+        return time_to_return(self.history, threshold)
+
+    def breakdown_shares(self, keys: tuple[str, ...] = ACTOR_TIMERS) -> dict[str, float]:
+        """Return each of ``keys``' share of their summed time."""
+        total = sum(self.breakdown[k] for k in keys)
+        return {k: (self.breakdown[k] / total if total > 0 else 0.0) for k in keys}
+
+
+def time_to_return(history: pd.DataFrame, threshold: float) -> float | None:
+    """Return the first ``wall_time_s`` whose ``eval_return`` is at least ``threshold`` (None if never)."""
+    reached = history[history["eval_return"] >= threshold]
+    return None if reached.empty else float(reached["wall_time_s"].iloc[0])
+
+
+class Evaluator:
+    """Evaluates a broadcast policy as the actors act with it (same engine and precision), without noise.
+
+    Every evaluation plays ``eval_episodes`` episodes on one environment kept open, episode ``k`` reset
+    with seed ``seed + 10_000 + k``, so that all evaluations of a run (and of runs with the same seed)
+    face the same episodes.
+    """
+
+    def __init__(self, config: ActorQConfig, arch: PolicyArchitecture, backend: str):
+        from rlq.envs import make_env
+
+        self.config, self.arch = config, arch
+        self.engine = make_engine(arch, config.actor_precision, backend)
+        self.env = make_env(config.env_id)
+
+    def __call__(self, blob: bytes) -> tuple[float, float]:
+        self.engine.load(decode_policy(blob))
+        returns = []
+        for k in range(self.config.eval_episodes):
+            obs, _ = self.env.reset(seed=self.config.seed + 10_000 + k)
+            total, done = 0.0, False
+            while not done:
+                out = self.engine(np.asarray(obs, dtype=np.float32).reshape(1, -1))
+                action = np.tanh(out[0][0]) if self.arch.stochastic else out[0][0]
+                obs, reward, terminated, truncated, _ = self.env.step(self.arch.unscale(action))
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+        return float(np.mean(returns)), float(np.std(returns))
+
+    def close(self) -> None:
+        """Close the evaluation environment."""
+        self.env.close()
+
+
+def train(
+    config: ActorQConfig, callback: Callable[[TrainingProgress], bool | None] | None = None
+) -> ActorQResult:
+    """Return the result of ActorQ training as ``config`` says, resuming from its checkpoint folder if it holds one.
+
+    ``callback(progress)`` runs after each round of learner updates; returning False stops training early
+    (a checkpoint is written first when ``checkpoint_dir`` is set). Every actor and every Ray process this
+    call started is shut down when it returns or raises, KeyboardInterrupt included; a Ray instance that
+    was already running is left running.
+    """
+    if not isinstance(config, ActorQConfig):
+        raise TypeError(f"train() takes an ActorQConfig, got {type(config).__name__}")
+    config.validate(check_env=True)
+    check_resumable(config)
+    threads = torch_threads(config.torch_threads) if config.torch_threads else contextlib.nullcontext()
+    with threads:
+        return _Run(config, callback).run()
+
+
+class _Run:
+    """The state of one call of :func:`train` (kept out of module globals)."""
+
+    def __init__(self, config: ActorQConfig, callback: Callable[[TrainingProgress], bool | None] | None):
+        self.config, self.callback = config, callback
+        self.timers = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+        self.start = time.perf_counter()
+        self.excluded = 0.0  # seconds not part of training wall-clock in this call
+        folder = config.checkpoint_dir
+        self.resumed = has_checkpoint(folder)
+        if self.resumed:
+            self.learner, state = Learner.load(config, Path(folder))
+        else:
+            self.learner, state = Learner.create(config), {}
+        write_config(config)
+        self.state = state
+        self.learner_steps = int(state.get("learner_steps", 0))
+        self.env_steps = int(state.get("env_steps", 0))
+        self.wall_offset = float(state.get("wall_time_s", 0.0))
+        self.elapsed_offset = float(state.get("elapsed_s", 0.0))
+        self.history: list[dict] = list(state.get("history", []))
+        self.episodes: list[dict] = list(state.get("episodes", []))
+        for key, value in state.get("breakdown", {}).items():
+            self.timers[key] = float(value) if key != "driver_other" else 0.0
+        self.prior_other = float(state.get("breakdown", {}).get("driver_other", 0.0))
+        self.broadcasts = int(state.get("broadcasts", 0))
+        self.restarts = int(state.get("actor_restarts", 0))
+        self.lost = int(state.get("actors_lost", 0))
+        self.actor_steps = int(state.get("actor_steps", 0))
+        self.actor_seconds = float(state.get("actor_seconds", 0.0))
+        self.incarnation = int(state.get("resumes", -1)) + 1
+        self.bytes_per_broadcast = 0
+        self.blob: bytes | None = None
+        self.last_broadcast = -1
+        self.checkpoint: Path | None = None
+        self.model_arch = architecture_of(self.learner.model)
+
+    # --- pieces ----------------------------------------------------------------------------------------
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.perf_counter() - self.start - self.excluded
+
+    def broadcast(self) -> None:
+        t = time.perf_counter()
+        blob = encode_policy(
+            policy_weights(self.learner.model), self.config.broadcast_precision, self.learner_steps
+        )
+        self.runtime.publish(blob, self.learner_steps)
+        self.timers["broadcast"] += time.perf_counter() - t
+        self.blob, self.bytes_per_broadcast = blob, len(blob)
+        self.broadcasts += 1
+        self.last_broadcast = self.learner_steps
+
+    def evaluate(self) -> None:
+        if self.last_broadcast != self.learner_steps:
+            self.broadcast()
+        t = time.perf_counter()
+        mean, std = self.evaluator(self.blob)
+        spent = time.perf_counter() - t
+        self.timers["evaluate"] += spent
+        self.excluded += spent
+        self.history.append(
+            dict(
+                wall_time_s=self.wall_time(),
+                env_steps=self.env_steps,
+                learner_steps=self.learner_steps,
+                eval_return=mean,
+                eval_return_std=std,
+                policy_version=self.learner_steps,
+            )
+        )
+        log.info("learner step %d, env step %d: eval return %.1f", self.learner_steps, self.env_steps, mean)
+
+    def save(self) -> None:
+        if self.config.checkpoint_dir is None:
+            return
+        t = time.perf_counter()
+        state = self.snapshot()
+        self.checkpoint = self.learner.save(Path(self.config.checkpoint_dir), self.learner_steps, state)
+        spent = time.perf_counter() - t
+        self.timers["checkpoint"] += spent
+        self.excluded += spent
+
+    def snapshot(self) -> dict[str, Any]:
+        elapsed = time.perf_counter() - self.start
+        return dict(
+            env_steps=self.env_steps,
+            wall_time_s=self.wall_time(),
+            elapsed_s=self.elapsed_offset + elapsed,
+            history=self.history,
+            episodes=self.episodes,
+            breakdown=self.breakdown(elapsed),
+            broadcasts=self.broadcasts,
+            actor_restarts=self.restarts,
+            actors_lost=self.lost,
+            actor_steps=self.actor_steps,
+            actor_seconds=self.actor_seconds,
+            resumes=self.incarnation,
+        )
+
+    def breakdown(self, elapsed: float) -> dict[str, float]:
+        out = dict(self.timers)
+        driver_keys = [k for k in LEARNER_TIMERS if k != "driver_other"]
+        accounted = sum(self.timers[k] for k in driver_keys) - self.timers_at_start
+        if self.runtime_in_process:
+            accounted += sum(self.timers[k] for k in ACTOR_TIMERS) - self.actor_timers_at_start
+        out["driver_other"] = self.prior_other + max(0.0, elapsed - accounted)
+        return out
+
+    def allowed_updates(self) -> int:
+        c = self.config
+        if self.env_steps < max(c.learning_starts, 1):
+            return 0
+        return math.floor((self.env_steps - c.learning_starts) * c.samples_per_insert / c.batch_size)
+
+    def may_submit(self) -> bool:
+        c = self.config
+        queued_steps = sum(self.queued) * c.update_period
+        consumed = c.learning_starts + self.learner_steps * c.batch_size / c.samples_per_insert
+        return self.env_steps + queued_steps + c.update_period <= consumed + self.lead
+
+    def refill(self) -> None:
+        depth = self.runtime.depth
+        for _ in range(depth):
+            for i in sorted(self.alive, key=lambda a: (self.queued[a], a)):
+                if self.queued[i] < depth and self.may_submit():
+                    self.runtime.submit(i, self.config.update_period, self.reseed.pop(i, None))
+                    self.queued[i] += 1
+
+    def on_failure(self, failure: ActorFailure) -> None:
+        i = failure.actor_id
+        if (
+            failure.permanent
+            or time.perf_counter() - self.failing_since.setdefault(i, time.perf_counter()) > 120
+        ):
+            log.warning("actor %d is dead for good (%s); training goes on without it", i, failure.error)
+            self.alive.discard(i)
+            self.lost += 1
+            if hasattr(self.runtime, "drop"):
+                self.runtime.drop(i)
+            self.queued[i] = 0
+            if not self.alive:
+                raise RuntimeError(
+                    f"every ActorQ actor died; the last error: {failure.error}"
+                ) from failure.error
+            return
+        if not self.failing[i]:  # the first failure of this death; queued chunks fail with it
+            log.warning("actor %d died (%s); Ray restarts it", i, type(failure.error).__name__)
+            self.restarts += 1
+            self.failing[i] = True
+        self.generation[i] += 1
+        self.reseed[i] = actor_seed(self.config, i, self.incarnation + 1000 * self.generation[i])
+        time.sleep(0.05)  # resubmitting to a restarting actor fails fast; do not spin
+
+    def collect(self, block: bool) -> None:
+        t = time.perf_counter()
+        results = self.runtime.wait(block=block)
+        waited = time.perf_counter() - t
+        in_process = 0.0
+        for i, res in results:
+            self.queued[i] = max(0, self.queued[i] - 1)
+            if isinstance(res, ActorFailure):
+                self.on_failure(res)
+                continue
+            if i not in self.alive:
+                continue
+            self.failing_since.pop(i, None)
+            if self.pids[i] is not None and res.pid != self.pids[i] and not self.failing[i]:
+                self.restarts += 1  # restarted between two chunks, with nothing of it in flight
+            self.failing[i] = False
+            self.pids[i] = res.pid
+            t = time.perf_counter()
+            self.learner.insert(res)
+            self.timers["learner_insert"] += time.perf_counter() - t
+            chunk_seconds = sum(res.timings.values())
+            in_process += chunk_seconds
+            for key, value in res.timings.items():
+                self.timers[key] += value
+            self.actor_steps += res.steps
+            self.actor_seconds += chunk_seconds
+            self.env_steps += res.steps
+            for r in res.episode_returns:
+                self.episodes.append(dict(env_steps=self.env_steps, actor_id=i, episode_return=r))
+        if not self.runtime.in_process:
+            self.timers["learner_wait"] += waited
+        self.refill()
+
+    def learn(self) -> bool:
+        """Run the learner steps the rate limiter allows, up to the next broadcast/evaluation/checkpoint."""
+        c = self.config
+        owed = self.allowed_updates() - self.learner_steps
+        if owed < 1:
+            return False
+        bounds = [
+            owed,
+            c.learner_steps - self.learner_steps,
+            self.last_broadcast + c.broadcast_every - self.learner_steps,
+        ]
+        for every in (c.eval_every, c.checkpoint_every):
+            if every > 0:
+                bounds.append((self.learner_steps // every + 1) * every - self.learner_steps)
+        n = max(1, min(bounds))
+        sample, update = self.learner.update(n)
+        self.timers["learner_sample"] += sample
+        self.timers["learner_update"] += update
+        self.learner_steps += n
+        self.learner.model.num_timesteps = self.env_steps
+        if self.learner_steps - self.last_broadcast >= c.broadcast_every:
+            self.broadcast()
+        if c.eval_every > 0 and self.learner_steps % c.eval_every == 0:
+            self.evaluate()
+        if c.checkpoint_every > 0 and self.learner_steps % c.checkpoint_every == 0:
+            self.save()
+        return True
+
+    # --- the loop --------------------------------------------------------------------------------------
+
+    def run(self) -> ActorQResult:
+        c = self.config
+        arch = self.model_arch
+        self.runtime = None
+        self.runtime_in_process = c.backend == "local"
+        self.timers_at_start = sum(self.timers[k] for k in LEARNER_TIMERS if k != "driver_other")
+        self.actor_timers_at_start = sum(self.timers[k] for k in ACTOR_TIMERS)
+        timings: dict[str, dict[str, float]] = {}
+        if c.actor_backend == "auto":
+            backend, timings = choose_backend(arch, c.actor_precision, steps_per_load=c.update_period)
+        else:
+            backend = c.actor_backend
+        self.backend, self.backend_timings = backend, timings
+        self.evaluator = Evaluator(c, arch, backend)
+        self.lead = max(c.max_insert_lead, c.update_period + math.ceil(c.batch_size / c.samples_per_insert))
+        self.queued = [0] * c.n_actors
+        self.alive = set(range(c.n_actors))
+        self.pids: list[int | None] = [None] * c.n_actors
+        self.generation = [0] * c.n_actors
+        self.failing = [False] * c.n_actors
+        self.reseed: dict[int, int] = {}
+        self.failing_since: dict[int, float] = {}
+        finished = self.learner_steps >= c.learner_steps and self.history  # resumed from a finished run
+        try:
+            if not finished:
+                self.runtime = make_runtime(c, arch, backend, self.incarnation)
+                self.run_loop()
+        finally:
+            self.evaluator.close()
+            if self.runtime is not None:
+                t = time.perf_counter()
+                self.runtime.shutdown()
+                self.timers["shutdown"] += time.perf_counter() - t
+        return self.result()
+
+    def run_loop(self) -> None:
+        """Broadcast, evaluate, and alternate collecting and learning until the budget or a stop."""
+        c = self.config
+        self.timers["setup"] += time.perf_counter() - self.start
+        self.excluded += time.perf_counter() - self.start
+        self.broadcast()
+        if not self.history:
+            self.evaluate()
+        self.refill()
+        stopped = False
+        while self.learner_steps < c.learner_steps and not stopped:
+            self.collect(block=self.allowed_updates() - self.learner_steps < 1)
+            if self.learn() and self.callback is not None:
+                progress = TrainingProgress(
+                    self.learner_steps,
+                    self.env_steps,
+                    self.wall_time(),
+                    self.history[-1]["eval_return"] if self.history else None,
+                    self.runtime.actors,
+                    self.runtime.name,
+                )
+                stopped = self.callback(progress) is False
+        if self.history[-1]["learner_steps"] != self.learner_steps:
+            self.evaluate()
+        self.save()
+
+    def result(self) -> ActorQResult:
+        c, backend, timings = self.config, self.backend, self.backend_timings
+        elapsed = time.perf_counter() - self.start
+        frame = pd.DataFrame(self.history, columns=HISTORY_COLUMNS)
+        return ActorQResult(
+            config=c,
+            history=frame,
+            breakdown=self.breakdown(elapsed),
+            bytes_per_broadcast=self.bytes_per_broadcast,
+            elapsed_s=self.elapsed_offset + elapsed,
+            wall_time_s=self.wall_time(),
+            env_steps=self.env_steps,
+            learner_steps=self.learner_steps,
+            broadcasts=self.broadcasts,
+            actor_backend=f"{backend}-{c.actor_precision}",
+            backend_timings=timings,
+            actor_steps_per_s=self.actor_steps / max(self.actor_seconds, 1e-9),
+            actor_restarts=self.restarts,
+            actors_lost=self.lost,
+            episodes=pd.DataFrame(self.episodes, columns=EPISODE_COLUMNS),
+            resumed_from=int(self.state["learner_steps"]) if self.resumed else None,
+            checkpoint=self.checkpoint,
+            model=self.learner.model,
+        )

@@ -1,0 +1,286 @@
+"""ActorQ: config validation, broadcast format, inference engines, local and Ray training, restart, resume."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from rlq.actorq import (
+    BREAKDOWN_KEYS,
+    ActorQConfig,
+    ActorQConfigError,
+    PolicyArchitecture,
+    PolicyNet,
+    decode_policy,
+    encode_policy,
+    make_engine,
+    train,
+)
+from rlq.actorq.broadcast import QuantizedWeight
+
+TINY = dict(
+    env_id="Pendulum-v1",
+    n_actors=2,
+    hidden_sizes=(32, 32),
+    batch_size=32,
+    learner_steps=60,
+    learning_starts=200,
+    samples_per_insert=8.0,
+    update_period=20,
+    eval_every=30,
+    eval_episodes=1,
+    torch_threads=1,
+    max_insert_lead=200,
+)
+
+
+def tiny(**overrides) -> ActorQConfig:
+    return ActorQConfig(**{**TINY, **overrides})
+
+
+def arch(hidden=(256, 256), stochastic=False) -> PolicyArchitecture:
+    return PolicyArchitecture(5, 2, hidden, "relu", stochastic, (-1.0, -2.0), (1.0, 2.0))
+
+
+def weights_of(architecture: PolicyArchitecture) -> dict[str, np.ndarray]:
+    net = PolicyNet(architecture)
+    return {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+
+
+# --- configuration -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("n_actors", 0, "n_actors"),
+        ("actor_precision", "int33", "unknown precision"),
+        ("comm_precision", "fp8", "unknown precision"),
+        ("algorithm", "PPO", "TD3, DDPG, SAC"),
+        ("backend", "mpi", "local, ray"),
+        ("actor_backend", "tensorrt", "auto, torch, onnx"),
+        ("update_period", 0, "update_period"),
+        ("hidden_sizes", (), "hidden_sizes"),
+        ("samples_per_insert", -1.0, "positive"),
+    ],
+)
+def test_bad_config_fails_at_construction(field, value, message):
+    with pytest.raises(ActorQConfigError, match=message):
+        ActorQConfig(**{field: value})
+
+
+def test_bad_env_fails_before_anything_starts(tmp_path):
+    ray = pytest.importorskip("ray")
+    started = ray.is_initialized()
+    with pytest.raises(ActorQConfigError, match="unknown environment id"):
+        train(
+            tiny(env_id="dm_control/cartpole-balanse-v0", backend="ray", checkpoint_dir=str(tmp_path / "c"))
+        )
+    with pytest.raises(ActorQConfigError, match="continuous"):
+        train(tiny(env_id="CartPole-v1"))
+    assert ray.is_initialized() == started and not (tmp_path / "c").exists()
+
+
+def test_config_fields_are_documented():
+    import dataclasses
+    import inspect
+
+    source = inspect.getsource(ActorQConfig)
+    for f in dataclasses.fields(ActorQConfig):
+        line = source.split(f"    {f.name}:")[1].splitlines()[1].strip()
+        assert line.startswith('"""') and len(line) > 10, f"{f.name} needs a one-line docstring"
+
+
+# --- broadcast and engines -----------------------------------------------------------------------------
+
+
+def test_broadcast_sizes_and_roundtrip():
+    w = weights_of(arch())
+    sizes = {p: len(encode_policy(w, p, version=7)) for p in ("fp32", "fp16", "int8", "int4")}
+    assert sizes["int8"] <= 0.27 * sizes["fp32"]
+    assert sizes["fp16"] <= 0.51 * sizes["fp32"] and sizes["int4"] < 0.6 * sizes["int8"]
+    for precision in ("fp32", "fp16", "bf16", "int8", "int4"):
+        decoded = decode_policy(encode_policy(w, precision, version=7))
+        assert decoded.version == 7 and list(decoded.weights) == list(w)
+        back = decoded.float_weights()
+        for name, value in w.items():
+            step = np.abs(value).max() / (7 if precision == "int4" else 127)
+            tol = {"fp32": 0, "fp16": 1e-3, "bf16": 1e-2}.get(precision, step)
+            assert np.abs(back[name] - value).max() <= tol + 1e-7, (precision, name)
+    int8 = decode_policy(encode_policy(w, "int8"))
+    assert isinstance(int8.weights["layers.0.weight"], QuantizedWeight)
+    assert int8.weights["layers.0.weight"].codes.dtype == np.int8
+    with pytest.raises(ValueError, match="magic"):
+        decode_policy(b"not a policy at all")
+
+
+@pytest.mark.parametrize("stochastic", [False, True], ids=["td3", "sac"])
+def test_engines_agree_with_fp32(stochastic):
+    architecture = arch((64, 64), stochastic)
+    w = weights_of(architecture)
+    obs = np.random.default_rng(0).standard_normal((16, 5)).astype(np.float32)
+    reference = make_engine(architecture, "fp32", "torch")
+    reference.load(decode_policy(encode_policy(w, "fp32")))
+    expected = reference(obs)
+    for precision, backend, comm, tol in [
+        ("fp32", "onnx", "fp32", 1e-5),
+        ("fp16", "torch", "fp16", 2e-2),
+        ("int8", "torch", "fp32", 5e-2),
+        ("int8", "onnx", "int8", 5e-2),
+        ("int8", "onnx", "fp16", 5e-2),
+        ("int4", "torch", "int4", 0.3),
+    ]:
+        engine = make_engine(architecture, precision, backend)
+        engine.load(decode_policy(encode_policy(w, comm)))
+        got = engine(obs)
+        assert len(got) == len(expected) == (2 if stochastic else 1)
+        for g, e in zip(got, expected, strict=True):
+            assert g.shape == e.shape and np.abs(g - e).max() < tol, (precision, backend, comm)
+
+
+# --- local backend -------------------------------------------------------------------------------------
+
+
+def test_local_end_to_end_breakdown_and_determinism():
+    first = train(tiny(actor_precision="int8", actor_backend="auto"))
+    assert first.learner_steps == 60 and first.env_steps >= 200 + 60 * 32 / 8
+    assert list(first.history["learner_steps"]) == [0, 30, 60]
+    assert first.history["wall_time_s"].is_monotonic_increasing
+    assert set(first.breakdown) == set(BREAKDOWN_KEYS)
+    total = sum(first.breakdown.values())
+    assert total == pytest.approx(first.elapsed_s, rel=0.02)
+    assert first.breakdown["driver_other"] < 0.1 * first.elapsed_s  # the timers cover the time
+    for key in ("actor_env_step", "actor_inference", "actor_load", "learner_update", "broadcast"):
+        assert first.breakdown[key] > 0, key
+    assert first.actor_backend in ("onnx-int8", "torch-int8")
+    assert set(first.backend_timings) == {"torch", "onnx"}
+    assert first.bytes_per_broadcast > 0 and first.broadcasts >= 61 and first.actor_steps_per_s > 0
+    assert len(first.episodes) >= 1 and first.model is not None
+    again = train(tiny(actor_precision="int8", actor_backend=first.actor_backend.split("-")[0]))
+    np.testing.assert_allclose(again.history["eval_return"], first.history["eval_return"])
+    assert again.env_steps == first.env_steps
+
+
+@pytest.mark.parametrize("algorithm", ["SAC"])
+def test_local_other_algorithms(algorithm):
+    result = train(tiny(algorithm=algorithm, learner_steps=10, eval_every=0, actor_backend="onnx"))
+    assert result.learner_steps == 10 and len(result.history) == 2
+    assert result.model.__class__.__name__ == algorithm
+
+
+def test_int8_broadcast_is_a_quarter_of_fp32():
+    sizes = {}
+    for precision in ("fp32", "int8"):
+        result = train(
+            tiny(actor_precision=precision, actor_backend="torch", hidden_sizes=(256, 256), learner_steps=2,
+                 eval_every=0, n_actors=1)
+        )  # fmt: skip
+        sizes[precision] = result.bytes_per_broadcast
+    assert sizes["int8"] <= 0.27 * sizes["fp32"]
+
+
+def test_checkpoint_interrupt_and_resume(tmp_path):
+    config = tiny(
+        checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=30, learner_steps=90, actor_backend="torch"
+    )
+
+    def interrupt(progress):
+        if progress.learner_steps >= 40:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(config, callback=interrupt)
+    assert (tmp_path / "ckpt" / "state.json").is_file() and (tmp_path / "ckpt" / "learner_30.zip").is_file()
+    resumed = train(config)
+    assert resumed.resumed_from == 30 and resumed.learner_steps == 90
+    assert list(resumed.history["learner_steps"]) == [0, 30, 60, 90]
+    assert resumed.history["wall_time_s"].is_monotonic_increasing
+    assert resumed.model.replay_buffer.size() == resumed.env_steps
+    with pytest.raises(ActorQConfigError, match="another configuration"):
+        train(tiny(checkpoint_dir=str(tmp_path / "ckpt"), hidden_sizes=(16,)))
+
+
+def test_callback_stops_early_and_checkpoints(tmp_path):
+    config = tiny(checkpoint_dir=str(tmp_path), learner_steps=1000, actor_backend="torch")
+    result = train(config, callback=lambda p: p.learner_steps < 10)
+    assert 10 <= result.learner_steps < 1000 and result.checkpoint is not None and result.checkpoint.exists()
+
+
+# --- Ray backend ---------------------------------------------------------------------------------------
+
+
+def _ray_children() -> list:
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True) if "ray" in " ".join(p.cmdline()).lower()]
+
+
+def test_ray_started_by_train_is_shut_down_on_interrupt():
+    """Runs before the module's Ray fixture: train() starts its own Ray and must leave nothing of it."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    handles = []
+
+    def interrupt(progress):
+        handles.extend(progress.actors)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(backend="ray", ray_num_cpus=2, actor_backend="onnx", n_actors=1), callback=interrupt)
+    assert handles and not ray.is_initialized()
+    deadline = time.time() + 20
+    while _ray_children() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not _ray_children(), "Ray processes left behind"
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray instance for every Ray test of this module; nothing of it is left afterwards."""
+    ray = pytest.importorskip("ray")
+    from rlq.actorq.runtime import ray_init_kwargs
+
+    assert not ray.is_initialized()
+    ray.init(**ray_init_kwargs(num_cpus=2))
+    yield ray
+    ray.shutdown()
+    deadline = time.time() + 20
+    while _ray_children() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not _ray_children(), "Ray processes left behind"
+
+
+def test_ray_end_to_end_with_actor_restart(ray_session):
+    ray = ray_session
+    seen: dict[str, int] = {}
+    handles = []
+
+    def kill_one(progress):
+        if progress.learner_steps >= 20 and "old" not in seen:
+            handle = progress.actors[0]
+            handles.append(handle)
+            seen["old"] = ray.get(handle.ping.remote())
+            ray.kill(handle, no_restart=False)
+            deadline = time.time() + 60
+            while time.time() < deadline:  # wait until Ray has brought it back in a new process
+                try:
+                    pid = ray.get(handle.ping.remote(), timeout=10)
+                    if pid != seen["old"]:
+                        seen["new"] = pid
+                        break
+                except ray.exceptions.RayActorError:
+                    pass
+                time.sleep(0.2)
+
+    config = tiny(backend="ray", actor_backend="onnx", learner_steps=100, eval_every=50, max_actor_restarts=2)
+    result = train(config, callback=kill_one)
+    assert seen.get("new") not in (None, seen["old"])
+    handle = handles[0]
+    assert result.learner_steps == 100 and result.actor_restarts >= 1 and result.actors_lost == 0
+    assert list(result.history["learner_steps"]) == [0, 50, 100]
+    assert set(result.breakdown) == set(BREAKDOWN_KEYS) and result.breakdown["actor_pull"] > 0
+    assert ray.is_initialized()  # a Ray instance train() did not start is left running, its actors are not
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(handle.ping.remote(), timeout=30)
