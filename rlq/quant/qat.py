@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn.utils import parametrize
 
 from rlq.quant.activations import attach_input_quantizers, input_quantizers
-from rlq.quant.layers import output_channel_axis, quantizable_layers
+from rlq.quant.layers import output_channel_axis, quantizable_layers, remove_parametrizations_
 from rlq.quant.tensor import check_bits, fake_quantize_ste, integer_range, quantization_params
 
 
@@ -113,7 +113,7 @@ def convert_qat_(module: nn.Module) -> nn.Module:
             continue
         for quantizer in quantizers:
             quantizer.enabled = True
-        parametrize.remove_parametrizations(layer, "weight", leave_parametrized=True)
+        remove_parametrizations_(layer, "weight", leave_parametrized=True)
         converted += 1
     if not converted:
         raise ValueError("module has no QAT quantizer to convert: call prepare_qat_ first")

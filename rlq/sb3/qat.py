@@ -1,0 +1,352 @@
+"""Quantization-aware training (QAT) of any Stable-Baselines3 model, as a callback.
+
+QuaRL (Krishnan et al., arXiv 1910.01055, section 4.2; TMLR 2022) trains with n-bit fake quantization and a
+straight-through estimator, switched on after a *quantization delay* (half of training in the public
+recipe). Its public code inserts no fake quantization at its current head (harvard-edge/QuaRL issue #15);
+:class:`QATCallback` registers :class:`rlq.quant.WeightFakeQuant` on the weights of every network of the
+policy, and the tests check that the forward pass really changes once the delay has passed.
+
+Usage::
+
+    model = PPO("MlpPolicy", "CartPole-v1")
+    model.learn(100_000, callback=QATCallback(bits=4, delay_steps=50_000))
+    # the policy is now converted: each weight tensor holds at most 2^4 distinct values (per output channel)
+
+Saving and loading:
+
+- A converted policy holds plain tensors: ``model.save`` then ``PPO.load`` works as for any model (with
+  ``activations=True`` the loaded policy has the quantized weights but not the activation quantizers, which
+  are structure SB3 does not know: use :func:`load_qat`).
+- A policy *being* trained with QAT (parametrized weights) also saves with ``model.save``: rlq installs
+  state-dict hooks on the quantized layers so the file holds the latent float weights under their plain
+  names (``...weight``), which SB3's ``load`` accepts. Loading such a file gives the float model without
+  its quantizers; training it again with the same :class:`QATCallback` prepares it again at the start of
+  ``learn`` and re-enables quantization if the delay has passed. That is what happens when a run of
+  :func:`rlq.agents.train_agent` with checkpoints is interrupted and resumed: nothing is lost but the
+  observed activation ranges (``activations=True``), which are re-observed from the next batches.
+- :func:`save_qat` / :func:`load_qat` keep the quantization state itself (bits, axes, whether enabled,
+  activation ranges) inside the zip (as ``rlq_qat.json``), so a model loads back exactly as it was saved,
+  parametrized or converted with activation quantizers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from stable_baselines3.common.callbacks import BaseCallback
+from torch.nn.utils import parametrize
+
+from rlq.quant import WeightFakeQuant, convert_qat_, is_qat, prepare_qat_, set_qat_enabled
+from rlq.quant.activations import INPUT_QUANTIZER, ActivationQuantizer, attach_input_quantizers
+from rlq.quant.layers import output_channel_axis
+from rlq.quant.tensor import check_bits
+from rlq.sb3.networks import named_layers, refresh_optimizers
+
+log = logging.getLogger(__name__)
+
+QAT_FILE = "rlq_qat.json"
+_ORIGINAL = "parametrizations.weight.original"
+_HOOKED = "_rlq_qat_state_dict_hooks"
+
+
+def _pure_qat(layer: nn.Module) -> bool:
+    """Return whether ``layer.weight``'s only parametrization is QAT fake quantization."""
+    if not parametrize.is_parametrized(layer, "weight"):
+        return False
+    return all(isinstance(p, WeightFakeQuant) for p in layer.parametrizations["weight"])
+
+
+def _input_quantizer(layer: nn.Module) -> ActivationQuantizer | None:
+    quantizer = getattr(layer, INPUT_QUANTIZER, None)
+    return quantizer if isinstance(quantizer, ActivationQuantizer) else None
+
+
+def _plain_state_dict(layer: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """State-dict post-hook: store a QAT layer as the plain layer it wraps (latent float weight, no quantizer)."""
+    key = prefix + _ORIGINAL
+    if _pure_qat(layer) and key in state_dict:
+        state_dict[prefix + "weight"] = state_dict.pop(key)
+    if _input_quantizer(layer) is not None:
+        for name in ("min_val", "max_val"):
+            state_dict.pop(f"{prefix}{INPUT_QUANTIZER}.{name}", None)
+
+
+def _accept_plain_state_dict(
+    layer: nn.Module,
+    state_dict: dict,
+    prefix: str,
+    local_metadata: dict,
+    strict: bool,
+    missing_keys: list,
+    unexpected_keys: list,
+    error_msgs: list,
+) -> None:
+    """Load-state-dict pre-hook: load a plain layer's state (what :func:`_plain_state_dict` wrote) into a QAT layer."""
+    if _pure_qat(layer) and prefix + "weight" in state_dict and prefix + _ORIGINAL not in state_dict:
+        state_dict[prefix + _ORIGINAL] = state_dict.pop(prefix + "weight")
+    quantizer = _input_quantizer(layer)
+    if quantizer is not None:  # ranges are not part of the plain state: keep the current ones
+        for name in ("min_val", "max_val"):
+            state_dict.setdefault(
+                f"{prefix}{INPUT_QUANTIZER}.{name}", getattr(quantizer, name).detach().clone()
+            )
+
+
+def _install_state_dict_hooks(layer: nn.Module) -> None:
+    if getattr(layer, _HOOKED, False):
+        return
+    layer.register_state_dict_post_hook(_plain_state_dict)
+    layer.register_load_state_dict_pre_hook(_accept_plain_state_dict)
+    setattr(layer, _HOOKED, True)
+
+
+def qat_layers(policy: nn.Module, skip_first_last: bool = False) -> dict[str, nn.Module]:
+    """Return ``{qualified name: layer}`` of the policy's layers that QAT quantizes: every network, targets included."""
+    return named_layers(policy, skip_first_last=skip_first_last)
+
+
+def prepare_policy_qat_(
+    policy: nn.Module,
+    bits: int,
+    activations: bool = False,
+    per_channel: bool = True,
+    skip_first_last: bool = False,
+) -> list[str]:
+    """Return the names of the layers of an SB3 policy prepared (in place) for QAT, enabled.
+
+    Online and target networks get identical quantizers, so SB3's polyak updates (which zip the two
+    networks' ``parameters()``) keep pairing the same tensors. Optimizer states are refreshed
+    (:func:`rlq.sb3.networks.refresh_optimizers`); the Parameter objects stay the same, so the optimizers
+    keep training them.
+    """
+    check_bits(bits)
+    if is_qat(policy):
+        raise ValueError("the policy is already prepared for QAT")
+    layers = qat_layers(policy, skip_first_last)
+    if not layers:
+        raise ValueError(f"{type(policy).__name__} has no layer to quantize")
+    for layer in layers.values():
+        prepare_qat_(layer, bits, activations=activations, per_channel=per_channel)
+        _install_state_dict_hooks(layer)
+    refresh_optimizers(policy)
+    return list(layers)
+
+
+def convert_policy_qat_(policy: nn.Module) -> nn.Module:
+    """Return the policy with its quantized weights baked into plain parameters (see :func:`rlq.quant.convert_qat_`)."""
+    convert_qat_(policy)
+    refresh_optimizers(policy)
+    return policy
+
+
+class QATCallback(BaseCallback):
+    """Quantization-aware training for any SB3 algorithm (A2C, PPO, DQN, TD3, DDPG, SAC), with a quantization delay.
+
+    QuaRL: https://arxiv.org/abs/1910.01055 (section 4.2).
+
+    At the start of training every Linear and convolution weight of every network of the policy (actor,
+    critic, Q-network and their targets) gets ``bits``-bit fake quantization with a straight-through
+    estimator. QuaRL's QAT rewrote the whole TensorFlow graph, so all layers are quantized by default,
+    first and last included; ``skip_first_last=True`` leaves the first and last layer of each network in
+    float (the common practice for very low bit widths). Quantization stays off until
+    ``model.num_timesteps`` reaches ``delay_steps`` (counted from the model's first step, so a resumed run
+    keeps the same schedule), then on until the end. At the end of training (``convert_at_end``) the
+    quantized weights are baked in: each weight tensor of the policy then takes at most ``2^bits`` values
+    (per output channel with ``per_channel``, per tensor otherwise).
+
+    :param bits: bits per weight (2..16).
+    :param delay_steps: environment steps of float training before fake quantization switches on
+        (QuaRL's recipe: half of training).
+    :param activations: also fake-quantize the input of every quantized layer (asymmetric, ``bits`` bits,
+        ranges tracked by a moving average that keeps observing during the delay).
+    :param per_channel: one scale per output channel (True) or per weight tensor (False).
+    :param convert_at_end: bake the quantized weights in when ``learn`` returns; keep False to continue QAT
+        over several ``learn`` calls.
+    :param skip_first_last: leave the first and last layer of each network unquantized.
+
+    ``history`` holds one ``{"step", "enabled"}`` entry when training starts and one when quantization
+    switches on; ``layers`` the names of the quantized layers.
+    """
+
+    def __init__(
+        self,
+        bits: int,
+        delay_steps: int = 0,
+        activations: bool = False,
+        per_channel: bool = True,
+        convert_at_end: bool = True,
+        skip_first_last: bool = False,
+    ):
+        super().__init__()
+        self.bits = check_bits(bits)
+        if isinstance(delay_steps, bool) or not isinstance(delay_steps, int) or delay_steps < 0:
+            raise ValueError(f"delay_steps must be a non-negative int, got {delay_steps!r}")
+        self.delay_steps = delay_steps
+        self.activations = bool(activations)
+        self.per_channel = bool(per_channel)
+        self.convert_at_end = bool(convert_at_end)
+        self.skip_first_last = bool(skip_first_last)
+        self.enabled = False
+        self.history: list[dict[str, Any]] = []
+        self.layers: list[str] = []
+
+    def _set_enabled(self, enabled: bool) -> None:
+        set_qat_enabled(self.model.policy, enabled)
+        self.enabled = enabled
+        self.history.append({"step": int(self.num_timesteps), "enabled": enabled})
+        log.info("QAT %s at step %d (%d bits)", "on" if enabled else "off", self.num_timesteps, self.bits)
+
+    def _on_training_start(self) -> None:
+        policy = self.model.policy
+        if is_qat(policy):  # continued training, or a model from load_qat
+            layers = {name: m for name, m in policy.named_modules() if _pure_qat(m)}
+            found = {q.bits for m in layers.values() for q in m.parametrizations["weight"]}
+            if found != {self.bits}:
+                raise ValueError(
+                    f"the policy is already prepared for QAT at {sorted(found)} bits, not {self.bits}; "
+                    "convert it (rlq.sb3.qat.convert_policy_qat_) or start from a float model"
+                )
+            for layer in layers.values():
+                _install_state_dict_hooks(layer)
+            self.layers = list(layers)
+        else:
+            self.layers = prepare_policy_qat_(
+                policy, self.bits, self.activations, self.per_channel, self.skip_first_last
+            )
+        self._set_enabled(self.num_timesteps >= self.delay_steps)
+
+    def _on_step(self) -> bool:
+        if not self.enabled and self.num_timesteps >= self.delay_steps:
+            self._set_enabled(True)
+        return True
+
+    def _on_training_end(self) -> None:
+        if self.convert_at_end and is_qat(self.model.policy):
+            convert_policy_qat_(self.model.policy)
+
+
+def _layer_state(layer: nn.Module) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if _pure_qat(layer):
+        (quantizer,) = [p for p in layer.parametrizations["weight"] if isinstance(p, WeightFakeQuant)]
+        state.update(bits=quantizer.bits, axis=quantizer.axis, enabled=quantizer.enabled)
+    inputs = _input_quantizer(layer)
+    if inputs is not None:
+        finite = inputs.has_range
+        state["input"] = dict(
+            bits=inputs.bits,
+            momentum=inputs.momentum,
+            dynamic=inputs.dynamic,
+            enabled=inputs.enabled,
+            observing=inputs.observing,
+            min_val=float(inputs.min_val) if finite else None,
+            max_val=float(inputs.max_val) if finite else None,
+        )
+    return state
+
+
+def qat_state(policy: nn.Module) -> dict[str, Any]:
+    """Return the QAT structure of a policy as JSON-ready data: per layer, weight quantizer and input quantizer."""
+    layers = {}
+    for name, layer in policy.named_modules():
+        state = _layer_state(layer)
+        if state:
+            layers[name] = state
+    return {"format": 1, "layers": layers}
+
+
+def apply_qat_state_(policy: nn.Module, state: dict[str, Any]) -> nn.Module:
+    """Return the policy with the QAT structure of :func:`qat_state` re-created in place (weights untouched)."""
+    if state.get("format") != 1:
+        raise ValueError(f"unknown QAT state format {state.get('format')!r}")
+    for name, entry in state["layers"].items():
+        layer = policy.get_submodule(name)
+        if "bits" in entry:
+            if _pure_qat(layer):
+                raise ValueError(f"layer {name} is already prepared for QAT")
+            quantizer = WeightFakeQuant(entry["bits"], entry["axis"])
+            quantizer.enabled = bool(entry["enabled"])
+            parametrize.register_parametrization(layer, "weight", quantizer)
+        if "input" in entry:
+            spec = entry["input"]
+            if _input_quantizer(layer) is None:
+                attach_input_quantizers(
+                    layer, spec["bits"], momentum=spec["momentum"], dynamic=spec["dynamic"]
+                )
+            quantizer = _input_quantizer(layer)
+            quantizer.enabled, quantizer.observing = bool(spec["enabled"]), bool(spec["observing"])
+            lo, hi = spec["min_val"], spec["max_val"]
+            quantizer.min_val.fill_(math.inf if lo is None else lo)
+            quantizer.max_val.fill_(-math.inf if hi is None else hi)
+        _install_state_dict_hooks(layer)
+    refresh_optimizers(policy)
+    return policy
+
+
+def _zip_path(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path if path.suffix else path.with_suffix(".zip")  # SB3's save adds .zip to a bare name
+
+
+def save_qat(model: Any, path: str | os.PathLike, **save_kwargs: Any) -> Path:
+    """Return the path of ``model`` saved with SB3's ``save`` plus its QAT state (``rlq_qat.json`` in the zip).
+
+    Works before, during and after QAT; :func:`load_qat` restores the model as it was. SB3's own ``load``
+    also reads the file and gives the float (latent) weights without quantizers.
+    """
+    model.save(path, **save_kwargs)
+    target = _zip_path(path)
+    with zipfile.ZipFile(target, "a") as archive:
+        archive.writestr(QAT_FILE, json.dumps(qat_state(model.policy), indent=1))
+    return target
+
+
+def load_qat(algorithm: str | type, path: str | os.PathLike, env: Any = None, **load_kwargs: Any) -> Any:
+    """Return the model saved by :func:`save_qat`, with its QAT structure and state re-created.
+
+    ``algorithm`` is an SB3 class or its name (``"PPO"``). A file without QAT state (a plain ``model.save``)
+    loads as SB3 would load it.
+    """
+    from rlq.agents import algorithm_class
+
+    cls = algorithm_class(algorithm) if isinstance(algorithm, str) else algorithm
+    path = _zip_path(path)
+    model = cls.load(path, env=env, **load_kwargs)
+    with zipfile.ZipFile(path) as archive:
+        if QAT_FILE not in archive.namelist():
+            return model
+        state = json.loads(archive.read(QAT_FILE).decode())
+    # SB3 loaded the latent weights into plain layers; the quantizers go back on top, weights unchanged
+    with torch.no_grad():
+        apply_qat_state_(model.policy, state)
+    return model
+
+
+def distinct_values(layer: nn.Module, per_channel: bool = False) -> int:
+    """Return the number of distinct values of a layer's weight (the most in any output channel with ``per_channel``)."""
+    weight = layer.weight.detach()
+    if not per_channel:
+        return int(weight.unique().numel())
+    rows = weight.movedim(output_channel_axis(layer), 0)
+    return max(int(row.unique().numel()) for row in rows.reshape(rows.shape[0], -1))
+
+
+__all__ = [
+    "QATCallback",
+    "apply_qat_state_",
+    "convert_policy_qat_",
+    "distinct_values",
+    "load_qat",
+    "prepare_policy_qat_",
+    "qat_layers",
+    "qat_state",
+    "save_qat",
+]
