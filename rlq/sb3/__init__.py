@@ -1,5 +1,10 @@
 """Stable-Baselines3 adapters: put rlq's compression and quantization into any SB3 training.
 
-Submodules are imported on demand: ``rlq.sb3.networks`` (which layers an SB3 policy holds),
-``rlq.sb3.gst`` (GST and gradual-pruning callbacks), ``rlq.sb3.qat`` (quantization-aware training).
+Submodules are imported on demand:
+
+- ``rlq.sb3.networks``: which layers an SB3 policy holds, per network, and the optimizers training them.
+- ``rlq.sb3.gst``: ``GSTCallback`` and ``GradualPruningCallback`` (GST and its iterative-pruning baseline).
+- ``rlq.sb3.checkpoint``: saving and loading compressed models, schedule state included.
+- ``rlq.sb3.qat``: ``QATCallback``, quantization-aware training that provably quantizes.
+- ``rlq.sb3.quantized``: any SB3 model evaluated at any precision (fp16, int8, simulated int2..int16).
 """
