@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,16 +178,48 @@ def latest_checkpoint(folder: str | Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
+def stateful_callbacks(callbacks: list[BaseCallback]) -> dict[str, Any]:
+    """Return ``{checkpoint_key: callback}`` for the callbacks whose state checkpoints keep.
+
+    A callback takes part when it has a ``checkpoint_key`` attribute and ``state_dict()`` /
+    ``load_state_dict()`` methods (e.g. rlq's GST and gradual-pruning callbacks); ``CallbackList``s are
+    searched too.
+    """
+    found: dict[str, Any] = {}
+    stack = list(callbacks)
+    while stack:
+        callback = stack.pop(0)
+        if isinstance(callback, CallbackList):
+            stack[:0] = list(callback.callbacks)
+            continue
+        key = getattr(callback, "checkpoint_key", None)
+        if key is not None and hasattr(callback, "state_dict") and hasattr(callback, "load_state_dict"):
+            if key in found:
+                raise ValueError(f"two callbacks share the checkpoint_key {key!r}")
+            found[key] = callback
+    return found
+
+
 class Checkpointer(BaseCallback):
     """Every ``every`` timesteps save model, learning curve and (off-policy) replay buffer, atomically.
 
     Models and curves are kept, one file per checkpoint; only the newest replay buffer is kept, since
-    each one is as large as the buffer.
+    each one is as large as the buffer. ``save_model(model, path)`` replaces ``model.save(path)`` (e.g.
+    :func:`rlq.sb3.checkpoint.save_compressed` for compressed policies); the state of ``stateful``
+    callbacks (``{checkpoint_key: callback}``) is kept in the checkpoint's ``state_<steps>_steps.json``.
     """
 
-    def __init__(self, folder: Path, every: int, recorder: EpisodeRecorder):
+    def __init__(
+        self,
+        folder: Path,
+        every: int,
+        recorder: EpisodeRecorder,
+        save_model: Callable[[Any, Path], Any] | None = None,
+        stateful: dict[str, Any] | None = None,
+    ):
         super().__init__()
         self.folder, self.every, self.recorder = Path(folder), int(every), recorder
+        self.save_model, self.stateful = save_model, dict(stateful or {})
         self._last = 0
 
     def _on_training_start(self) -> None:
@@ -203,7 +236,10 @@ class Checkpointer(BaseCallback):
         steps = self.num_timesteps
         target = self.folder / f"model_{steps}_steps.zip"
         tmp_model = self.folder / f".tmp_model_{steps}.zip"
-        self.model.save(tmp_model)
+        if self.save_model is None:
+            self.model.save(tmp_model)
+        else:
+            self.save_model(self.model, tmp_model)
         if hasattr(self.model, "replay_buffer") and self.model.replay_buffer is not None:
             tmp_buf = self.folder / f".tmp_replay_{steps}.pkl"
             self.model.save_replay_buffer(tmp_buf)
@@ -214,10 +250,10 @@ class Checkpointer(BaseCallback):
         tmp_curve = self.folder / f".tmp_curve_{steps}.csv"
         self.recorder.frame().to_csv(tmp_curve, index=False)
         tmp_curve.replace(self.folder / f"curve_{steps}_steps.csv")
-        write_json(
-            self.folder / f"state_{steps}_steps.json",
-            {"timesteps": steps, "wall_time_s": self.recorder.wall_time()},
-        )
+        state: dict[str, Any] = {"timesteps": steps, "wall_time_s": self.recorder.wall_time()}
+        if self.stateful:
+            state["callbacks"] = {key: cb.state_dict() for key, cb in self.stateful.items()}
+        write_json(self.folder / f"state_{steps}_steps.json", state)
         tmp_model.replace(target)  # the model last: its presence marks the checkpoint complete
         self._last = steps
         return target
@@ -245,11 +281,17 @@ def train_agent(
     checkpoint_every: int = 0,
     callback: BaseCallback | list[BaseCallback] | None = None,
     policy: str | None = None,
+    save_model: Callable[[Any, Path], Any] | None = None,
+    load_model: Callable[[type, Path, Any], Any] | None = None,
 ) -> TrainResult:
     """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
 
     With a ``run_dir``, checkpoints go to ``run_dir/checkpoints`` every ``checkpoint_every`` timesteps
-    (0: only at the end) and SB3's CSV log to ``run_dir/sb3``.
+    (0: only at the end) and SB3's CSV log to ``run_dir/sb3``. ``save_model(model, path)`` and
+    ``load_model(cls, path, env)`` replace SB3's ``model.save`` and ``cls.load(path, env=env)`` (compressed
+    policies need :func:`rlq.sb3.checkpoint.save_compressed` / ``load_compressed``). Callbacks with a
+    ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (rlq's compression schedules) have their
+    state saved with each checkpoint and restored on resume.
     """
     if total_timesteps < 1:
         raise ValueError(f"total_timesteps must be >= 1, got {total_timesteps}")
@@ -266,7 +308,10 @@ def train_agent(
         )  # fresh episodes, not a replay of the first
         replay = ckpt_dir / f"replay_{steps}_steps.pkl"
         try:
-            model = algorithm_class(algo).load(path, env=env)
+            if load_model is None:
+                model = algorithm_class(algo).load(path, env=env)
+            else:
+                model = load_model(algorithm_class(algo), path, env)
             if replay.exists():
                 model.load_replay_buffer(replay)
         except Exception as e:  # a truncated or foreign file: say which one, and how to go on
@@ -275,17 +320,31 @@ def train_agent(
                 "Move it away to resume from the previous checkpoint."
             ) from e
         rows = pd.read_csv(ckpt_dir / f"curve_{steps}_steps.csv").to_dict("records")
-        wall_offset = float(read_json(ckpt_dir / f"state_{steps}_steps.json").get("wall_time_s", 0.0))
+        saved_state = read_json(ckpt_dir / f"state_{steps}_steps.json")
+        wall_offset = float(saved_state.get("wall_time_s", 0.0))
         resumed = steps
     model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv"))
     recorder = EpisodeRecorder(rows, wall_offset)
     callbacks: list[BaseCallback] = [recorder]
     checkpointer = None
     if ckpt_dir is not None:
-        checkpointer = Checkpointer(ckpt_dir, checkpoint_every, recorder)
+        checkpointer = Checkpointer(ckpt_dir, checkpoint_every, recorder, save_model=save_model)
         callbacks.append(checkpointer)
-    if callback is not None:
-        callbacks.extend(callback if isinstance(callback, list) else [callback])
+    user_callbacks = [] if callback is None else callback if isinstance(callback, list) else [callback]
+    stateful = stateful_callbacks(user_callbacks)
+    if checkpointer is not None:
+        checkpointer.stateful = stateful
+    if found is not None and stateful:
+        saved = saved_state.get("callbacks", {})
+        missing = sorted(set(stateful) - set(saved))
+        if missing:
+            raise RuntimeError(
+                f"checkpoint {found[1]} holds no state for the callbacks {missing}; resume with the callbacks "
+                "it was trained with, or start a new run folder"
+            )
+        for key, stateful_callback in stateful.items():
+            stateful_callback.load_state_dict(saved[key])
+    callbacks.extend(user_callbacks)
     remaining = total_timesteps - model.num_timesteps
     if remaining > 0:
         model.learn(remaining, callback=CallbackList(callbacks), reset_num_timesteps=False)
@@ -295,3 +354,20 @@ def train_agent(
     elif found is not None:
         last = found[1]
     return TrainResult(model, recorder.frame(), recorder.wall_time(), resumed, last)
+
+
+def load_agent(run_folder: str | Path, env_id: str | None = None):
+    """Return the agent of a run folder (its newest checkpoint), on ``env_id`` or the run's own env."""
+    run_folder = Path(run_folder)
+    params = read_json(run_folder / "params.json")
+    if not params:
+        raise FileNotFoundError(f"{run_folder} is not a run folder (no params.json)")
+    if "algorithm" not in params or "env_id" not in params:
+        raise ValueError(f"{run_folder}: params.json names no algorithm and env_id; not an agent's run")
+    found = latest_checkpoint(run_folder / "checkpoints")
+    if found is None:
+        raise FileNotFoundError(f"{run_folder}/checkpoints holds no complete checkpoint")
+    env = make_vec_env(env_id or params["env_id"], n_envs=1, seed=params.get("seed", 0))
+    model = algorithm_class(params["algorithm"]).load(found[1], env=env)
+    model.set_logger(quiet_logger(None))
+    return model

@@ -1,0 +1,372 @@
+"""GST and gradual-pruning callbacks inside SB3 training: every algorithm, targets, optimizers, checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import SAC, TD3
+from torch.nn.utils import parametrize
+
+from rlq.agents import make_model
+from rlq.compress import (
+    GSTConfig,
+    block_size_of,
+    circulant_vectors,
+    gradual_sparsity,
+    is_block_circulant,
+    layer_report,
+    sparsity_of,
+)
+from rlq.compress.block_circulant import stored_target
+from rlq.compress.circulant import is_block_circulant_matrix
+from rlq.compress.masks import mask_of
+from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
+from rlq.sb3.gst import (
+    HISTORY_COLUMNS,
+    CompressionCallback,
+    GradualPruningCallback,
+    GSTCallback,
+    policy_layers,
+    train_compressed,
+)
+from rlq.sb3.networks import optimizers
+
+ALGORITHMS = ("TD3", "SAC", "DDPG", "A2C", "PPO", "DQN")
+#: rewards never count as a drop: the reward-aware target rises at every update (deterministic tests)
+ALWAYS_HOLDS = {"window": 1, "step_size": 0.1, "max_sparsity": 0.9, "abs_tolerance": 1e9}
+
+
+class ScriptedGST(GSTCallback):
+    """GST fed a scripted training reward ``trace(step)`` instead of Monitor's episode returns."""
+
+    def __init__(self, trace=lambda step: 1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.trace = trace
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.trace(self.num_timesteps)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny networks train fastest on one thread, and the test machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(algo: str) -> tuple[str, dict]:
+    """Return an env id and hyperparameters that make ``algo`` train fast with a [16, 16] network."""
+    hyper: dict = {"policy_kwargs": {"net_arch": [16, 16]}}
+    if algo in ("TD3", "SAC", "DDPG", "DQN"):
+        hyper |= {"learning_starts": 40, "buffer_size": 1000, "batch_size": 16}
+    if algo == "DQN":
+        hyper |= {"target_update_interval": 10, "train_freq": 2, "gradient_steps": 1}
+    if algo in ("A2C", "PPO"):
+        hyper |= {"n_steps": 16}
+    if algo == "PPO":
+        hyper |= {"batch_size": 16, "n_epochs": 2}
+    return ("CartPole-v1" if algo in ("A2C", "PPO", "DQN") else "Pendulum-v1"), hyper
+
+
+def gst_settings(total: int = 400, **overrides) -> dict:
+    base = dict(
+        total_steps=total,
+        block_schedule=((0.0, 4), (0.25, 2)),
+        transition_method="exact",
+        bc_end=0.5,
+        s_shift=0.5,
+        prune_every=20,
+        sparsity=ALWAYS_HOLDS,
+    )
+    return base | overrides
+
+
+def twins(model, callback):
+    layers = callback.layers
+    return [(name, layers.online[name], layers.targets.get(name)) for name in layers.eligible]
+
+
+def assert_targets_mirror_online(model, callback):
+    for name, online, target in twins(model, callback):
+        if target is None:
+            continue
+        assert block_size_of(online) == block_size_of(target), name
+        online_mask = mask_of(*stored_target(online))
+        target_mask = mask_of(*stored_target(target))
+        assert (online_mask is None) == (target_mask is None), name
+        if online_mask is not None:
+            assert torch.equal(online_mask, target_mask), f"{name}: target mask differs from online"
+
+
+def assert_optimizers_hold_live_parameters(model):
+    live = {id(p): p for p in model.policy.parameters()}
+    for optimizer in optimizers(model.policy):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                assert id(p) in live
+                for value in optimizer.state.get(p, {}).values():
+                    if torch.is_tensor(value) and value.dim() > 0:
+                        assert value.shape == p.shape
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_gst_through_training_of_every_algorithm(algo):
+    env_id, hyper = tiny(algo)
+    model = make_model(algo, env_id, seed=0, hyperparams=hyper)
+    transition = "projection" if algo == "SAC" else "exact"  # SAC's trunk feeds two heads
+    callback = GSTCallback(**gst_settings(transition_method=transition), log_every=25, reward_window=3)
+
+    model.learn(90, callback=callback)  # block-circulant phase, B=4
+    assert callback.covered_fraction > 0.5
+    vectors = {}
+    for name, online, target in twins(model, callback):
+        for layer in (online, target) if target is not None else (online,):
+            assert is_block_circulant(layer) and block_size_of(layer) == 4, name
+            assert is_block_circulant_matrix(layer.weight.detach(), 4)
+        vectors[name] = circulant_vectors(online).detach().clone()
+    assert_optimizers_hold_live_parameters(model)
+
+    model.learn(310, callback=callback, reset_num_timesteps=False)  # transition, pruning, hand-over
+    assert not parametrize._cache_enabled  # an on-policy rollout's weight cache is closed after learn()
+    for name, online, target in twins(model, callback):
+        assert not is_block_circulant(online) and sparsity_of(online) == pytest.approx(0.9, abs=0.02), name
+        for layer in (online, target) if target is not None else (online,):
+            values, mask = stored_target(layer)[0].weight_orig, stored_target(layer)[0].weight_mask
+            assert torch.all(layer.weight[mask == 0] == 0), f"{name}: a pruned weight is not zero"
+            assert torch.all((values * mask)[mask == 0] == 0)
+    assert_targets_mirror_online(model, callback)
+    assert_optimizers_hold_live_parameters(model)
+
+    history = callback.history
+    assert list(history.columns) == HISTORY_COLUMNS
+    assert history["step"].iloc[0] == 0 and history["compression_ratio"].iloc[0] > 0.5  # from step 0
+    assert history["target_sparsity"].is_monotonic_increasing and history["target_sparsity"].iloc[-1] == 0.9
+    assert set(history["phase"]) == {"block_circulant", "block_circulant+pruning", "pruning"}
+    kinds = callback.events["kind"].tolist()
+    assert kinds[:2] == ["block_circulant", "transition"] and "hand_over" in kinds
+    shift = callback.events.loc[1, "mean_shift"]
+    assert shift == 0.0 if transition == "exact" else shift > 0.0
+    assert 0.5 < callback.average_compression_ratio() < 1.0
+    assert callback.compression_ratio() == pytest.approx(history["compression_ratio"].iloc[-1])
+    # the reward is the mean of the last episodes' returns, as Monitor reported them
+    returns = [float(info["r"]) for info in model.ep_info_buffer][-3:]
+    assert callback.episodes >= 1 and list(callback.returns) == pytest.approx(returns)
+
+
+@pytest.mark.parametrize("algo", ["TD3", "PPO"])
+def test_training_moves_the_block_circulant_vectors_and_polyak_averages_the_targets(algo):
+    env_id, hyper = tiny(algo)
+    if algo == "TD3":
+        hyper |= {"policy_delay": 1}  # a polyak update after every gradient step
+    model = make_model(algo, env_id, seed=0, hyperparams=hyper)
+    callback = GSTCallback(**gst_settings(total=10_000))
+    model.learn(64, callback=callback)
+    name, online, target = twins(model, callback)[0]
+    before = circulant_vectors(online).detach().clone()
+    model.learn(64, callback=callback, reset_num_timesteps=False)
+    after = circulant_vectors(online).detach()
+    # the optimizer still trains the B-vectors (PPO: rollouts ran under a weight cache, training did not)
+    assert not torch.equal(before, after)
+    assert not parametrize._cache_enabled
+    if target is not None:  # polyak: target <- (1 - tau) target + tau online, on the B-vectors themselves
+        target_before = circulant_vectors(target).detach().clone()
+        online_before = circulant_vectors(online).detach().clone()
+        model.learn(1, callback=callback, reset_num_timesteps=False)
+        tau = model.tau
+        expected = (1 - tau) * target_before + tau * circulant_vectors(online).detach()
+        torch.testing.assert_close(circulant_vectors(target).detach(), expected)
+        assert not torch.equal(online_before, circulant_vectors(online).detach())
+
+
+def test_compression_ratio_matches_hand_count():
+    env_id, hyper = tiny("TD3")  # Pendulum: 3 observations, 1 action
+    model = make_model("TD3", env_id, seed=0, hyperparams=hyper)
+    callback = ScriptedGST(**gst_settings(total=1000, s_shift=0.1, prune_every=10))
+    model.learn(45, callback=callback)  # B=4, no pruning yet (rise at 50)
+    # actor 3-16-16-1, two critics (3+1)-16-16-1; only the 16x16 layers are compressed
+    dense = (3 * 16 + 256 + 16) + 2 * (4 * 16 + 256 + 16)
+    assert callback.compression_ratio() == pytest.approx(1 - (dense - 3 * (256 - 256 // 4)) / dense)
+    model.learn(60, callback=callback, reset_num_timesteps=False)  # vectors pruned to 0.1 then 0.2...
+    s = callback.schedule.applied_sparsity
+    assert s > 0
+    kept = sum(int(mask_of(*stored_target(layer)).sum()) for _, layer, _ in twins(model, callback))
+    assert kept == 3 * (64 - round(64 * s))
+    assert callback.compression_ratio() == pytest.approx(1 - (dense - 3 * 256 + kept) / dense)
+    report = callback.layer_report()
+    assert report["eligible"].sum() == 3 and report["has_target"].sum() == 9
+    # the ratio over the whole policy, targets included, is the same number
+    rows = layer_report(model.policy)
+    assert 1 - sum(r["stored"] for r in rows) / sum(r["dense"] for r in rows) == pytest.approx(
+        callback.compression_ratio()
+    )
+
+
+def test_reward_aware_target_rises_while_reward_holds_and_backs_off_when_it_drops():
+    env_id, hyper = tiny("DQN")
+    model = make_model("DQN", env_id, seed=0, hyperparams=hyper)
+
+    def trace(step):  # rising, a drop from step 100 to 160, then above the earlier best
+        return 10 + step / 10 if step < 100 else 0.0 if step < 160 else 100.0
+
+    sparsity = {"window": 1, "step_size": 0.1, "backoff": 0.1, "cooldown": 1, "tolerance": 0.0}
+    callback = ScriptedGST(trace, **gst_settings(total=4000, s_shift=0.0, bc_end=1.0, sparsity=sparsity))
+    model.learn(240, callback=callback)
+    history = callback.history.set_index("step")
+    decisions, targets = history["decision"], history["target_sparsity"]
+    assert decisions.loc[20:80].eq("rise").all()  # the target rises while the reward holds
+    assert decisions.loc[100] == "backoff" and decisions.loc[120] == "cooldown"
+    assert targets.loc[100:160].max() < targets.loc[80]  # the drop backs it off and holds it there
+    assert history.loc[120, "event"] == "hold" and targets.loc[120] == targets.loc[100]
+    assert targets.iloc[-1] > targets.loc[160]  # the recovered reward lets it rise again
+
+
+def test_gradual_pruning_follows_zhu_and_gupta():
+    env_id, hyper = tiny("DQN")
+    model = make_model("DQN", env_id, seed=0, hyperparams=hyper)
+    callback = GradualPruningCallback(
+        0.8, start_fraction=0.25, end_fraction=0.75, update_every=20, log_every=10
+    )
+    model.learn(400, callback=callback)
+    history = callback.history
+    before = history[history["step"] < 100]
+    assert (before["compression_ratio"] == 0).all() and (before["phase"] == "dense").all()
+    prunes = history[history["event"] == "prune"]
+    expected = [gradual_sparsity(int(s), 0.8, 100, 300, update_every=20) for s in prunes["step"]]
+    assert prunes["sparsity"].tolist() == pytest.approx(expected)
+    assert prunes["sparsity"].is_monotonic_increasing and prunes["sparsity"].iloc[-1] == pytest.approx(0.8)
+    for _, online, _ in twins(model, callback):
+        assert sparsity_of(online) == pytest.approx(0.8, abs=0.01)
+    assert_targets_mirror_online(model, callback)
+    # about 0.65 * s_f over the layers it prunes, between t0 and the end, by the history's steps
+    covered = callback.covered_fraction
+    assert callback.average_compression_ratio(start_step=0) == pytest.approx(
+        covered * np.mean([gradual_sparsity(t, 0.8, 100, 300, update_every=20) for t in range(400)]), rel=0.05
+    )
+
+
+def test_dense_recorder_compresses_nothing():
+    env_id, hyper = tiny("PPO")
+    model = make_model("PPO", env_id, seed=0, hyperparams=hyper)
+    callback = CompressionCallback(log_every=16)
+    model.learn(64, callback=callback)
+    assert callback.average_compression_ratio() == 0.0 and (callback.history["phase"] == "dense").all()
+    assert callback.covered_fraction == pytest.approx(2 * 256 / (2 * (4 * 16 + 256) + 2 * 16 + 16))
+
+
+def test_save_and_load_round_trip_keeps_compression_actions_and_schedule(tmp_path):
+    env_id, hyper = tiny("TD3")
+    model = make_model("TD3", env_id, seed=0, hyperparams=hyper)
+    callback = ScriptedGST(**gst_settings(total=600, s_shift=0.3), log_every=25)
+    model.learn(200, callback=callback)  # B=2 after an exact transition, B-vectors pruned
+    assert callback.schedule.phase(model.num_timesteps) == "block_circulant+pruning"
+    path = save_compressed(model, tmp_path / "gst", callbacks=[callback])
+    assert path.name == "gst.zip" and saved_callback_states(path)["gst"]["extra"]["schedule"]["started"]
+    obs = np.stack([model.observation_space.sample() for _ in range(16)])
+
+    resumed_callback = ScriptedGST(**gst_settings(total=600, s_shift=0.3), log_every=25)
+    loaded = load_compressed(TD3, path, env=model.get_env(), callbacks=[resumed_callback])
+    for name, layer in policy_layers(model.policy).online.items():
+        twin = policy_layers(loaded.policy).online[name]
+        assert block_size_of(layer) == block_size_of(twin) == (2 if name.endswith(".2") else None)
+    np.testing.assert_array_equal(
+        model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0]
+    )
+    for a, b in zip(optimizers(model.policy), optimizers(loaded.policy), strict=True):
+        sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k]["exp_avg"], sb[k]["exp_avg"]) for k in sa)
+    # plain SB3 loads the same file as a dense model computing the same actions
+    plain = TD3.load(path)
+    np.testing.assert_allclose(
+        plain.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0], atol=1e-6
+    )
+    assert all(not is_block_circulant(m) for m in plain.policy.modules())
+    assert set(dense_state_dict(model.policy)) == set(plain.policy.state_dict())
+
+    assert resumed_callback.schedule.state_dict() == callback.schedule.state_dict()
+    assert callback.schedule.applied_sparsity > 0
+    loaded.learn(400, callback=resumed_callback, reset_num_timesteps=False)
+    kinds = resumed_callback.events["kind"].tolist()
+    assert kinds.count("block_circulant") == 1 and kinds.count("transition") == 1  # not repeated
+    assert "hand_over" in kinds and resumed_callback.history["step"].is_monotonic_increasing
+    assert len(resumed_callback.history) > len(callback.history)
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_compressed_checkpoint_round_trips_for_every_algorithm(algo, tmp_path):
+    env_id, hyper = tiny(algo)
+    model = make_model(algo, env_id, seed=0, hyperparams=hyper)
+    callback = ScriptedGST(**gst_settings(total=200, transition_method="projection"))
+    model.learn(120, callback=callback)  # block-circulant B=2 with pruned B-vectors
+    path = save_compressed(model, tmp_path / "model.zip")
+    cls = type(model)
+    loaded, plain = load_compressed(cls, path, env=model.get_env()), cls.load(path)
+    obs = np.stack([model.observation_space.sample() for _ in range(8)])
+    expected = model.predict(obs, deterministic=True)[0]
+    np.testing.assert_allclose(loaded.predict(obs, deterministic=True)[0], expected)
+    np.testing.assert_allclose(plain.predict(obs, deterministic=True)[0], expected, atol=1e-5)
+    for name, layer in policy_layers(model.policy).online.items():
+        twin = policy_layers(loaded.policy).online[name]
+        assert block_size_of(layer) == block_size_of(twin) and (mask_of(*stored_target(twin)) is None) == (
+            mask_of(*stored_target(layer)) is None
+        )
+    loaded.learn(20, reset_num_timesteps=False)  # optimizer state fits the compressed parameters
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+    env_id, hyper = tiny("TD3")
+    kwargs = dict(
+        hyperparams=hyper, run_dir=tmp_path, checkpoint_every=100, gst=gst_settings(total=400), log_every=25
+    )
+    first = train_compressed("gst", "TD3", env_id, 200, **kwargs)  # stops at 200 of the 400-step schedule
+    assert first.resumed_from is None and (tmp_path / "checkpoints" / "model_200_steps.zip").exists()
+    second = train_compressed("gst", "TD3", env_id, 400, **kwargs)
+    assert second.resumed_from == 200
+    history = second.history
+    assert history.iloc[: len(first.history)].equals(first.history)  # restored, not re-run
+    kinds = second.callback.events["kind"].tolist()
+    assert kinds.count("block_circulant") == 1 and "hand_over" in kinds
+    assert second.callback.schedule.state_dict()["last_step"] >= 399
+    third = train_compressed("gst", "TD3", env_id, 400, **kwargs)  # finished: loads, trains no further
+    assert third.resumed_from == 400 and third.average_compression_ratio == pytest.approx(
+        second.average_compression_ratio
+    )
+    with pytest.raises(ValueError, match="another configuration"):
+        train_compressed("gst", "TD3", env_id, 400, **{**kwargs, "gst": gst_settings(total=400, s_shift=0.9)})
+
+
+def test_bad_input_is_rejected_with_clear_errors():
+    with pytest.raises(ValueError, match="unknown GST setting"):
+        GSTCallback(block_size=4)
+    with pytest.raises(ValueError, match="block_schedule must start"):
+        GSTCallback(block_schedule=((0.1, 4),))
+    with pytest.raises(ValueError, match="either a GSTConfig or its fields"):
+        GSTCallback(GSTConfig(total_steps=10), s_shift=0.5)
+    with pytest.raises(ValueError, match="networks"):
+        GSTCallback(networks="whole")
+    with pytest.raises(ValueError, match="final_sparsity"):
+        GradualPruningCallback(1.5)
+    with pytest.raises(ValueError, match="start_fraction"):
+        GradualPruningCallback(0.5, start_fraction=0.9, end_fraction=0.5)
+    with pytest.raises(ValueError, match="reward_window"):
+        CompressionCallback(reward_window=0)
+    with pytest.raises(ValueError, match="unknown method"):
+        train_compressed("prune", "TD3", "Pendulum-v1", 10)
+    with pytest.raises(RuntimeError, match="model.learn"):
+        GSTCallback().compression_ratio()
+
+    env_id, hyper = tiny("SAC")
+    sac = make_model("SAC", env_id, seed=0, hyperparams=hyper)
+    with pytest.raises(ValueError, match="non-overlapping chains"):  # SAC's trunk feeds mu and log_std
+        sac.learn(10, callback=GSTCallback(**gst_settings(transition_method="exact")))
+    assert isinstance(sac, SAC)
+    shallow = make_model(
+        "TD3", "Pendulum-v1", hyperparams={**tiny("TD3")[1], "policy_kwargs": {"net_arch": [16]}}
+    )
+    with pytest.raises(ValueError, match="no layer to compress"):
+        shallow.learn(10, callback=GSTCallback(total_steps=100))
+    with pytest.raises(ValueError, match="saved by"):
+        GSTCallback().load_state_dict(CompressionCallback().state_dict())
