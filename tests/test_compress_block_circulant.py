@@ -253,3 +253,18 @@ def test_fft_and_auto_forward_paths_match_the_dense_path(path):
     assert torch.allclose(clone(x), dense_out, atol=1e-5)
     assert set_forward_path_(net, "dense") == 1 and "forward" not in net[2].__dict__
     assert torch.equal(net(x), dense_out)
+
+
+def test_removing_block_circulant_from_a_deep_copy_leaves_the_original_working():
+    import copy
+
+    from rlq.compress import block_circulant_, remove_block_circulant_
+
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    block_circulant_(net, 4)
+    twin = copy.deepcopy(net)
+    x = torch.randn(3, 8)
+    expected = net(x)
+    remove_block_circulant_(twin)
+    assert torch.allclose(net(x), expected)  # torch's shared ParametrizedLinear class would lose `weight`
+    assert torch.allclose(twin(x), expected, atol=1e-6)

@@ -44,6 +44,7 @@ from rlq.compress.layers import (
     covered_fraction_of,
 )
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_tensor
+from rlq.parametrizations import remove_parametrizations_
 
 FORWARD_PATHS = ("dense", "fft", "auto")
 
@@ -255,7 +256,7 @@ def remove_block_circulant_(module: nn.Module, keep_pruning: bool = True) -> lis
         plist = layer.parametrizations.weight
         mask = bake_mask_(plist, "original")
         layer.__dict__.pop("forward", None)
-        parametrize.remove_parametrizations(layer, "weight", leave_parametrized=True)
+        remove_parametrizations_(layer, "weight", leave_parametrized=True)
         if mask is not None and keep_pruning:
             prune_with_mask_(layer, "weight", expand_circulant(mask))
         removed.append(name)
