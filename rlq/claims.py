@@ -60,6 +60,42 @@ def _max_of(key: str) -> Callable[[Results], float | None]:
 
 CLAIMS: list[Claim] = [
     Claim(
+        "gst",
+        "td3_mujoco",
+        "avg_compression_gain_vs_iterative_pruning_min",
+        "gst_td3_mujoco",
+        _get("gap_gst_minus_pruning_pp"),
+        lambda ours, paper: ours >= paper,
+        "GST minus iterative pruning, average compression (%p) >= paper's lower end",
+    ),
+    Claim(
+        "gst",
+        "td3_mujoco",
+        "reward_drop",
+        "gst_td3_mujoco",
+        _scaled(_get("reward_change_gst_vs_dense_pct"), -1.0),
+        lambda ours, paper: ours <= 10.0,
+        "GST's reward drop vs dense (%) <= 10 (single-seed noise)",
+    ),
+    Claim(
+        "gst",
+        "a2c_atari",
+        "avg_compression_ratio",
+        "gst_a2c_atari",
+        _scaled(_get("avg_compression_gst"), 100.0),
+        lambda ours, paper: ours >= paper - 5.0,
+        "ours >= paper - 5 %p",
+    ),
+    Claim(
+        "quarl",
+        "actorq",
+        "end_to_end_speedup_min",
+        "quarl_actorq",
+        _get("speedup_int8_vs_fp32"),
+        lambda ours, paper: ours >= paper,
+        "int8 vs fp32 actors, wall-clock to the return threshold >= paper",
+    ),
+    Claim(
         "quarl",
         "ptq",
         "int8_reward_drop",
