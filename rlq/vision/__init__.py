@@ -1,0 +1,62 @@
+"""rlq.vision: image classification for GST's classification claims (ResNet-32 on CIFAR-10, AlexNet on ImageNet).
+
+Data in memory (:mod:`rlq.vision.datasets`: CIFAR-10 from the user's files, sklearn's digits offline,
+ImageNet-style folders), the two networks in plain PyTorch (:mod:`rlq.vision.models`) and a training loop
+that applies rlq.compress's GST schedule or gradual pruning, with checkpoints and resume
+(:mod:`rlq.vision.training`), and Plotly figures of a comparison (:mod:`rlq.vision.figures`). It imports
+rlq.compress and no RL library. Nothing is downloaded.
+"""
+
+from rlq.vision.datasets import (
+    CIFAR10_CLASSES,
+    ImageData,
+    load_cifar10,
+    load_digits_images,
+    load_imagenet_folder,
+    random_shift,
+    read_cifar10_binary_batch,
+    read_cifar10_python_batch,
+    write_cifar10_binary,
+    write_cifar10_binary_batch,
+)
+from rlq.vision.models import AlexNet, CifarResNet, alexnet, count_parameters, resnet32
+from rlq.vision.training import (
+    GradualPruning,
+    GradualPruningConfig,
+    TrainResult,
+    evaluate_accuracy,
+    latest_classifier_checkpoint,
+    learning_rate,
+    make_schedule,
+    paper_comparison,
+    summarize,
+    train_classifier,
+)
+
+__all__ = [
+    "CIFAR10_CLASSES",
+    "AlexNet",
+    "CifarResNet",
+    "GradualPruning",
+    "GradualPruningConfig",
+    "ImageData",
+    "TrainResult",
+    "alexnet",
+    "count_parameters",
+    "evaluate_accuracy",
+    "latest_classifier_checkpoint",
+    "learning_rate",
+    "load_cifar10",
+    "load_digits_images",
+    "load_imagenet_folder",
+    "make_schedule",
+    "paper_comparison",
+    "random_shift",
+    "read_cifar10_binary_batch",
+    "read_cifar10_python_batch",
+    "resnet32",
+    "summarize",
+    "train_classifier",
+    "write_cifar10_binary",
+    "write_cifar10_binary_batch",
+]
