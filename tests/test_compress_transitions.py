@@ -163,3 +163,21 @@ def test_parameter_shift():
     assert parameter_shift(a, torch.zeros(2)) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="shapes differ"):
         parameter_shift(a, torch.zeros(3))
+
+
+def test_exact_transition_refuses_a_network_that_is_not_one_sequential_chain():
+    from rlq.compress import block_circulant_, transition_exact_
+
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.c(h + self.b(h))  # a shortcut: reordering b's units alone would break it
+
+    net = Residual()
+    block_circulant_(net, 4, skip_first_last=False, networks="whole")
+    with pytest.raises(ValueError, match="one nn.Sequential chain"):
+        transition_exact_(net, 2, networks="whole")
