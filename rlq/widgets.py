@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
 import plotly.graph_objects as go
+from stable_baselines3.common.callbacks import BaseCallback
 from torch import nn
 
 from rlq.compress import block_circulant_, compression_ratio, layer_report, magnitude_prune_
 from rlq.evaluate import evaluate
+from rlq.paths import default_runs_dir
+from rlq.runs import new_run_dir, utc_stamp, write_json
 from rlq.sb3.networks import copy_policy, named_layers
 
 METHODS = ("none", "block_circulant", "magnitude_pruning", "gst")
@@ -94,8 +98,23 @@ class SparsityTuner:
     reward-vs-compression figure.
     """
 
-    def __init__(self, model: Any, env_id: str, n_episodes: int = 3, seed: int = 0, auto: bool = True):
+    def __init__(
+        self,
+        model: Any,
+        env_id: str,
+        n_episodes: int = 3,
+        seed: int = 0,
+        auto: bool = True,
+        train_steps: int = 20_000,
+        runs_dir: str | Path | None = None,
+    ):
         self.model, self.env_id, self.n_episodes, self.seed = model, env_id, n_episodes, seed
+        self.train_steps, self.runs_dir = (
+            train_steps,
+            Path(runs_dir) if runs_dir is not None else default_runs_dir(),
+        )
+        self.trained: list[Path] = []
+        self._trainer: threading.Thread | None = None
         self.points: list[dict[str, Any]] = []
         self._worker: threading.Thread | None = None
         self._cancel = threading.Event()
@@ -113,10 +132,15 @@ class SparsityTuner:
         self.cancel_button = widgets.Button(description="cancel", button_style="warning")
         self.status = widgets.Label()
         self.cancel_button.on_click(lambda _: self.cancel())
+        self.train_button = widgets.Button(description="train with these settings", button_style="primary")
+        self.train_progress = widgets.IntProgress(min=0, max=train_steps, description="training")
+        self.train_button.on_click(lambda _: self.start_training())
+        self.train_error: BaseException | None = None
         self.figures = {
             "reward": self._reward_figure(),
             "layers": self._layer_figure(),
             "size": self._size_figure(),
+            "training": self._training_figure(),
         }
         self.auto = auto
         for control in self.controls.values():
@@ -153,6 +177,20 @@ class SparsityTuner:
         fig.update_layout(title="Weights in bytes", template="plotly_white", height=300)
         return fig
 
+    def _training_figure(self) -> go.FigureWidget:
+        fig = go.FigureWidget()
+        fig.add_scatter(x=[], y=[], mode="lines+markers", name="episode return")
+        fig.add_scatter(x=[], y=[], mode="lines", name="compression ratio", yaxis="y2")
+        fig.update_layout(
+            title="Training with these settings",
+            xaxis_title="environment steps",
+            yaxis_title="episode return",
+            template="plotly_white",
+            height=300,
+            yaxis2=dict(title="compression ratio", overlaying="y", side="right", range=[0, 1]),
+        )
+        return fig
+
     # ----- settings and evaluation
     def settings(self) -> TunerSettings:
         """Return the settings the controls show now."""
@@ -161,7 +199,12 @@ class SparsityTuner:
     def widget(self) -> widgets.Widget:
         """Return the whole tuner as one widget for ``display``."""
         controls = widgets.VBox(
-            list(self.controls.values()) + [widgets.HBox([self.progress, self.cancel_button]), self.status],
+            list(self.controls.values())
+            + [
+                widgets.HBox([self.progress, self.cancel_button]),
+                self.status,
+                widgets.HBox([self.train_button, self.train_progress]),
+            ],
             layout=widgets.Layout(min_width="420px"),
         )
         return widgets.VBox(
@@ -266,3 +309,157 @@ class SparsityTuner:
         return pd.DataFrame(
             [{k: v for k, v in p.items() if k not in ("layers", "returns")} for p in self.points]
         )
+
+    # ----- "train with these settings"
+    def start_training(self) -> None:
+        """Start a short training run with the current settings in the background (see :meth:`train`)."""
+        if self._trainer is not None and self._trainer.is_alive():
+            self.status.value = "a training run is already going"
+            return
+        self._trainer = threading.Thread(target=self._train_in_background, daemon=True)
+        self._trainer.start()
+
+    def wait_training(self, timeout: float | None = None) -> Path | None:
+        """Return the newest training run folder after the running training (if any) has finished."""
+        if self._trainer is not None:
+            self._trainer.join(timeout)
+        if self.train_error is not None:
+            raise RuntimeError("the last training run failed") from self.train_error
+        return self.trained[-1] if self.trained else None
+
+    def _train_in_background(self) -> None:
+        self.train_error = None
+        try:
+            self.train()
+        except Exception as e:  # shown in the UI; wait_training() re-raises it
+            self.train_error = e
+            self.status.value = f"training error: {type(e).__name__}: {e}"
+
+    def train(self, steps: int | None = None) -> Path:
+        """Return the run folder of a new agent trained for ``steps`` with the current settings.
+
+        GST (or magnitude pruning, or dense) through :func:`rlq.sb3.gst.train_compressed`, with the tuner's
+        block size, S_shift, target sparsity and skipped layers, on the tuner's algorithm and environment.
+        The folder is a normal run folder: ``params.json``, ``results.json``, ``history.csv``, ``curve.csv``
+        and checkpoints.
+        """
+        from rlq.sb3.gst import train_compressed
+
+        steps = steps or self.train_steps
+        settings = self.settings()
+        algo = type(self.model).__name__
+        method, gst, pruning = _training_method(settings)
+        folder = new_run_dir(self.runs_dir, "sparsity_tuner_train")
+        params = {
+            "algorithm": algo,
+            "env_id": self.env_id,
+            "timesteps": steps,
+            "seed": self.seed,
+            "method": method,
+            **asdict(settings),
+        }
+        write_json(folder / "params.json", params)
+        write_json(
+            folder / "results.json",
+            {
+                "status": "running",
+                "experiment": "sparsity_tuner_train",
+                "preset": None,
+                "started": utc_stamp(),
+            },
+        )
+        self.train_progress.max, self.train_progress.value = steps, 0
+        self.status.value = f"training {algo} with {method} into {folder}"
+        live = _LiveTraining(self, every=max(steps // 20, 1))
+        run = train_compressed(
+            method,
+            algo,
+            self.env_id,
+            steps,
+            seed=self.seed,
+            n_envs=8 if algo in ("PPO", "A2C") else 1,
+            run_dir=folder,
+            checkpoint_every=max(steps // 2, 1),
+            gst=gst,
+            pruning=pruning,
+            log_every=max(steps // 50, 1),
+            callbacks=[live],
+        )
+        live.refresh(run.callback, run.curve)
+        run.history.to_csv(folder / "history.csv", index=False)
+        run.curve.to_csv(folder / "curve.csv", index=False)
+        summary = run.summary()
+        write_json(
+            folder / "results.json",
+            {
+                "status": "ok",
+                "experiment": "sparsity_tuner_train",
+                "preset": None,
+                "finished": utc_stamp(),
+                **{k: v for k, v in summary.items() if k != "method"},
+                "method": method,
+            },
+        )
+        self.trained.append(folder)
+        self.status.value = (
+            f"trained: average compression {summary['avg_compression_ratio']:.1%}, "
+            f"return {summary['final_train_return']:.1f}; saved in {folder}"
+        )
+        return folder
+
+
+def _training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    """Return ``(method, gst settings, pruning settings)`` of train_compressed for the tuner's settings."""
+    if settings.method == "none":
+        return "dense", None, None
+    if settings.method == "magnitude_pruning":
+        return (
+            "pruning",
+            None,
+            {"final_sparsity": settings.sparsity, "skip_first_last": settings.skip_first_last},
+        )
+    gst = {
+        "block_schedule": ((0.0, settings.block_size),),
+        "s_shift": settings.s_shift,
+        "skip_first_last": settings.skip_first_last,
+    }
+    if settings.method == "block_circulant":
+        gst["bc_end"] = 1.0  # never handed over to pruning, and the pruning target never rises
+        gst["s_shift"] = 1.0
+    else:
+        gst["sparsity"] = {"max_sparsity": settings.sparsity}
+    return "gst", gst, None
+
+
+class _LiveTraining(BaseCallback):
+    """Update the tuner's training progress bar and figure while SB3 trains."""
+
+    def __init__(self, tuner: SparsityTuner, every: int):
+        super().__init__()
+        self.tuner, self.every, self.returns = tuner, every, []
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", []):
+            if "episode" in info:
+                self.returns.append((self.num_timesteps, float(info["episode"]["r"])))
+        self.tuner.train_progress.value = min(self.num_timesteps, self.tuner.train_progress.max)
+        if self.n_calls % self.every == 0:
+            self.refresh(self._compression_callback(), None)
+        return True
+
+    def _compression_callback(self) -> Any:
+        # train_agent hands learn() one flat CallbackList; the compression callback is a sibling of this one
+        group = self.locals.get("callback")
+        return next((c for c in getattr(group, "callbacks", []) if hasattr(c, "compression_ratio")), None)
+
+    def refresh(self, compression: Any, curve: pd.DataFrame | None) -> None:
+        """Redraw the training figure from the episode returns and the compression history so far."""
+        fig = self.tuner.figures["training"]
+        with fig.batch_update():
+            if curve is not None and len(curve):
+                fig.data[0].x, fig.data[0].y = list(curve["timestep"]), list(curve["episode_return"])
+            elif self.returns:
+                fig.data[0].x, fig.data[0].y = [s for s, _ in self.returns], [r for _, r in self.returns]
+            if compression is not None and len(compression.history):
+                history = compression.history
+                fig.data[1].x, fig.data[1].y = list(history["step"]), list(history["compression_ratio"])

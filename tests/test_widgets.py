@@ -80,3 +80,24 @@ def test_a_long_evaluation_runs_in_the_background_and_can_be_cancelled(agent):
 def test_bad_settings_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TunerSettings(**kwargs)
+
+
+def test_train_with_these_settings_writes_a_normal_run_folder(agent, tmp_path):
+    import json
+
+    tuner = SparsityTuner(agent, "CartPole-v1", n_episodes=1, seed=0, train_steps=512, runs_dir=tmp_path)
+    tuner.controls["sparsity"].value = 0.6  # auto-evaluation runs too; training is independent of it
+    tuner.start_training()
+    folder = tuner.wait_training()
+    tuner.wait()
+    assert folder.parent == tmp_path / "sparsity_tuner_train"
+    results = json.loads((folder / "results.json").read_text())
+    params = json.loads((folder / "params.json").read_text())
+    assert results["status"] == "ok" and params["method"] == "gst" and params["sparsity"] == 0.6
+    assert (
+        params["block_size"] == 4 and results["start_compression_ratio"] > 0.5
+    )  # block-circulant from step 0
+    assert (folder / "history.csv").exists() and list((folder / "checkpoints").glob("model_*_steps.zip"))
+    training = tuner.figures["training"]
+    assert len(training.data[1].x) > 0 and max(training.data[1].y) > 0.5
+    assert tuner.train_progress.value == tuner.train_progress.max

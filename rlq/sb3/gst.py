@@ -980,12 +980,14 @@ def train_compressed(
     pruning: dict[str, Any] | None = None,
     reward_window: int = 10,
     log_every: int = 1000,
+    callbacks: list[BaseCallback] | None = None,
 ) -> CompressedRun:
     """Return a run of ``algo`` on ``env_id`` trained with compression ``method`` (see :func:`make_callback`).
 
     Training goes through :func:`rlq.agents.train_agent` with compressed checkpoints
     (:func:`rlq.sb3.checkpoint.save_compressed`) every ``checkpoint_every`` steps into ``run_dir``; calling
     it again with the same ``run_dir`` resumes from the newest checkpoint, schedule state included.
+    ``callbacks`` run after the compression callback (e.g. live progress in :mod:`rlq.widgets`).
     """
     from rlq.agents import train_agent
     from rlq.sb3.checkpoint import load_compressed, save_compressed
@@ -1000,7 +1002,7 @@ def train_compressed(
         hyperparams=hyperparams,
         run_dir=run_dir,
         checkpoint_every=checkpoint_every,
-        callback=callback,
+        callback=[callback, *(callbacks or [])],
         policy=policy,
         save_model=save_compressed,
         load_model=load_compressed,
