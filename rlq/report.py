@@ -114,12 +114,14 @@ def claims_table(records: list[RunRecord]) -> pd.DataFrame:
             run = best_run(records, claim.ours_experiment)
             value = claim.ours(run.results) if run is not None else None
             if value is not None:
+                other = claim.setting(run.results)
+                verdict = "yes" if claim.holds(value, float(paper["value"])) else "no"
                 row.update(
                     ours=value,
                     preset=run.preset,
                     seeds=run.seeds,
                     source=run.source,
-                    holds="yes" if claim.holds(value, float(paper["value"])) else "no",
+                    holds=f"{verdict} ({other})" if other else verdict,
                 )
             else:
                 row["holds"] = "no finished run"
@@ -172,10 +174,11 @@ def build_report(
     records = collect_runs(runs_dir, results_dir)
     claims, runs = claims_table(records), runs_table(records)
     measured = claims[claims["ours"].notna()]
+    verdicts = measured["holds"].astype(str)
     summary = (
-        f"{len(claims)} paper numbers; {len(measured)} measured by rlq, "
-        f"{int((measured['holds'] == 'yes').sum())} hold; {len(runs)} runs "
-        f"({int((runs['status'] == 'failed').sum())} failed)"
+        f"{len(claims)} paper numbers; {len(measured)} measured by rlq, {int(verdicts.str.startswith('yes').sum())} "
+        f"hold ({int((verdicts.str.startswith('yes') & (verdicts != 'yes')).sum())} of them in another setting); "
+        f"{len(runs)} runs ({int((runs['status'] == 'failed').sum())} failed)"
     )
     parts = [
         "<html><head><meta charset='utf-8'><title>rlq reproduction report</title>",

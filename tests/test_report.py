@@ -59,6 +59,22 @@ def test_report_html_lists_failed_runs_and_the_cli_prints_its_path(runs, tmp_pat
     page = out.read_text()
     assert "RuntimeError: boom" in page and ">failed<" in page
     assert "int8_reward_drop" in page and "plotly" in page.lower()
-    assert "2 measured by rlq, 2 hold" in text and "3 runs (1 failed)" in text
+    assert "2 measured by rlq, 2 hold (0 of them in another setting)" in text and "3 runs (1 failed)" in text
     assert main(["report", "--runs", str(runs), "--out", str(tmp_path / "r2.html")]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(tmp_path / "r2.html")
+
+
+def test_a_claim_measured_in_another_setting_says_so(tmp_path):
+    parent = tmp_path / "runs"
+    _run(
+        parent,
+        "gst_classification",
+        "medium",
+        "ok",
+        {"dataset": "digits", "gst_final_compression": 69.8, "gst_accuracy_drop_vs_dense": 0.56},
+    )
+    table = claims_table(collect_runs(parent, tmp_path / "no_results"))
+    row = table[(table.experiment == "cifar10") & (table.metric == "compression_ratio")].iloc[0]
+    assert row.ours == pytest.approx(69.8) and row.holds == "yes (measured on digits, not CIFAR-10)"
+    _, text = build_report(parent, tmp_path / "r.html", tmp_path / "no_results")
+    assert "2 measured by rlq, 2 hold (2 of them in another setting)" in text
