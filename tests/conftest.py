@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from torch import nn
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,3 +63,11 @@ def run_cli(
         env=full_env,
         timeout=600,
     )
+
+
+def relu_mlp(sizes=(6, 16, 16, 16, 3)) -> nn.Sequential:
+    """Return a small ReLU MLP with the given layer widths (no activation after the last layer)."""
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import relu_mlp as mlp
 from rlq.compress import (
     block_circulant_,
     block_size_of,
@@ -22,13 +23,6 @@ from rlq.compress import (
     set_forward_path_,
 )
 from rlq.compress.circulant import is_block_circulant_matrix
-
-
-def mlp(sizes=(6, 16, 16, 16, 3)) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
 
 
 class TwinCritic(nn.Module):

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import relu_mlp
 from rlq.compress import (
     average_compression_ratio,
     block_circulant_,
@@ -18,10 +19,7 @@ from rlq.compress import (
 
 
 def mlp(sizes=(8, 16, 16, 16, 4)) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
+    return relu_mlp(sizes)
 
 
 # Weights of mlp(): 8*16 = 128, 16*16 = 256, 256, 16*4 = 64; 704 in all (biases not counted).
