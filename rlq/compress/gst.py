@@ -49,6 +49,13 @@ TRANSITION_METHODS = ("exact", "projection")
 HANDOVERS = ("keep_ratio", "exact")
 
 
+def check_positive_int(name: str, value: Any) -> int:
+    """Return ``value`` if it is a positive int (not a bool), else raise ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
 @dataclass
 class GSTConfig:
     """Every knob of :class:`GSTSchedule` (fractions are of ``total_steps``)."""
@@ -77,12 +84,7 @@ class GSTConfig:
     """Pruning scope: ``"layer"`` or ``"global"``."""
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.total_steps, bool)
-            or not isinstance(self.total_steps, int)
-            or self.total_steps < 1
-        ):
-            raise ValueError(f"total_steps must be a positive int, got {self.total_steps!r}")
+        check_positive_int("total_steps", self.total_steps)
         schedule = tuple((float(f), check_block_size(b)) for f, b in self.block_schedule)
         if not schedule or schedule[0][0] != 0.0:
             raise ValueError(f"block_schedule must start with (0.0, B), got {self.block_schedule!r}")
@@ -106,12 +108,7 @@ class GSTConfig:
             )
         if not 0.0 <= self.s_shift <= 1.0:
             raise ValueError(f"s_shift must be in [0, 1], got {self.s_shift}")
-        if (
-            isinstance(self.prune_every, bool)
-            or not isinstance(self.prune_every, int)
-            or self.prune_every < 1
-        ):
-            raise ValueError(f"prune_every must be a positive int, got {self.prune_every!r}")
+        check_positive_int("prune_every", self.prune_every)
         if self.handover not in HANDOVERS:
             raise ValueError(f"handover must be one of {HANDOVERS}, got {self.handover!r}")
         if self.scope not in SCOPES:

@@ -78,6 +78,7 @@ from rlq.compress import (
     transition_projection_,
 )
 from rlq.compress.block_circulant import stored_target
+from rlq.compress.gst import check_positive_int
 from rlq.compress.layers import dense_weight_numel
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_
 from rlq.compress.measures import stored_weight_count
@@ -263,12 +264,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 class CompressionCallback(BaseCallback):
     """Record an SB3 model's compression ratio and training reward over training (compresses nothing).
 
@@ -303,8 +298,8 @@ class CompressionCallback(BaseCallback):
         if not isinstance(skip_first_last, bool):
             raise ValueError(f"skip_first_last must be a bool, got {skip_first_last!r}")
         self.skip_first_last = skip_first_last
-        self.reward_window = _positive_int("reward_window", reward_window)
-        self.log_every = _positive_int("log_every", log_every)
+        self.reward_window = check_positive_int("reward_window", reward_window)
+        self.log_every = check_positive_int("log_every", log_every)
         self.returns: deque[float] = deque(maxlen=self.reward_window)
         self.episodes = 0
         self.layers: PolicyLayers | None = None
@@ -827,9 +822,9 @@ class GradualPruningCallback(CompressionCallback):
         if scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
         self.start_fraction, self.end_fraction = float(start_fraction), float(end_fraction)
-        self.update_every = None if update_every is None else _positive_int("update_every", update_every)
+        self.update_every = None if update_every is None else check_positive_int("update_every", update_every)
         if total_steps is not None:
-            self.total_steps = _positive_int("total_steps", total_steps)
+            self.total_steps = check_positive_int("total_steps", total_steps)
         self.scope = scope
         self.applied_sparsity = 0.0
         self.pruned = False

@@ -37,6 +37,7 @@ from rlq.compress import (
     load_compressed_state_dict_,
     magnitude_prune_,
 )
+from rlq.compress.gst import check_positive_int
 from rlq.compress.layers import Networks
 from rlq.vision.datasets import ImageData
 
@@ -95,12 +96,7 @@ class GradualPruningConfig:
     """``"layer"``: every eligible layer at the same sparsity; ``"global"``: one magnitude threshold."""
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.total_steps, bool)
-            or not isinstance(self.total_steps, int)
-            or self.total_steps < 1
-        ):
-            raise ValueError(f"total_steps must be a positive int, got {self.total_steps!r}")
+        check_positive_int("total_steps", self.total_steps)
         if not 0.0 <= self.start <= self.end <= 1.0:
             raise ValueError(f"need 0 <= start <= end <= 1, got {self.start} and {self.end}")
         if not 0.0 <= self.final_sparsity < 1.0:
