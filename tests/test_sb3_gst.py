@@ -232,10 +232,13 @@ def test_gradual_pruning_follows_zhu_and_gupta():
     )
     model.learn(400, callback=callback)
     history = callback.history
-    before = history[history["step"] < 100]
+    # fractions are of the training updates [learning_starts=40, 400): t0 = 40 + 0.25 * 360, t1 = 40 + 0.75 * 360
+    t0, t1 = 130, 310
+    assert (callback.start, callback.end) == (t0, t1)
+    before = history[history["step"] < t0]
     assert (before["compression_ratio"] == 0).all() and (before["phase"] == "dense").all()
     prunes = history[history["event"] == "prune"]
-    expected = [gradual_sparsity(int(s), 0.8, 100, 300, update_every=20) for s in prunes["step"]]
+    expected = [gradual_sparsity(int(s), 0.8, t0, t1, update_every=20) for s in prunes["step"]]
     assert prunes["sparsity"].tolist() == pytest.approx(expected)
     assert prunes["sparsity"].is_monotonic_increasing and prunes["sparsity"].iloc[-1] == pytest.approx(0.8)
     for _, online, _ in twins(model, callback):
@@ -244,8 +247,25 @@ def test_gradual_pruning_follows_zhu_and_gupta():
     # about 0.65 * s_f over the layers it prunes, between t0 and the end, by the history's steps
     covered = callback.covered_fraction
     assert callback.average_compression_ratio(start_step=0) == pytest.approx(
-        covered * np.mean([gradual_sparsity(t, 0.8, 100, 300, update_every=20) for t in range(400)]), rel=0.05
+        covered * np.mean([gradual_sparsity(t, 0.8, t0, t1, update_every=20) for t in range(400)]), rel=0.05
     )
+
+
+def test_gst_fractions_count_from_learning_starts():
+    env_id, hyper = tiny("TD3")  # learning_starts 40
+    model = make_model("TD3", env_id, seed=0, hyperparams=hyper)
+    settings = gst_settings()
+    del settings["total_steps"]  # taken from learn(): 400 steps, fractions over [40, 400)
+    callback = GSTCallback(**settings, log_every=10)
+    model.learn(400, callback=callback)
+    assert callback.config.start_step == 40
+    events = callback.events.set_index("kind")
+    # block-circulant at the first step; B 4 -> 2 at 40 + 0.25 * 360; hand-over at 40 + 0.5 * 360
+    assert events.loc["transition", "step"] == 130 and events.loc["hand_over", "step"] == 220
+    assert callback.schedule.rise_step == 40 + round(0.5 * 0.5 * 360)  # s_shift * bc_end of the updates
+    history = callback.history
+    pruned = history[history["event"].str.contains("prune")]
+    assert len(pruned) and pruned["step"].min() >= 130 and (history.query("step < 130")["sparsity"] == 0).all()
 
 
 def test_dense_recorder_compresses_nothing():

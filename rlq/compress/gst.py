@@ -4,7 +4,9 @@ Group-Sparse Training (Lee et al., arXiv 2101.09650, https://arxiv.org/abs/2101.
 of the schedule but not its exact rules; the timing below (the meaning of S_shift, the hand-over, the
 reward-aware target) is OUR DESIGN, chosen to show the behaviour the paper describes.
 
-Timeline, with ``T = total_steps``:
+Timeline, with ``T = total_steps`` and fractions of training measured over the training updates
+``[start_step, T)`` (``start_step``: an off-policy algorithm's ``learning_starts``, before which nothing is
+trained; 0 on-policy), so "25% of training" means a quarter of the updates:
 
 - step 0: every eligible layer becomes block-circulant with the first block size of ``block_schedule``.
 - at ``fraction * T`` for each later ``(fraction, B)`` of ``block_schedule``: a block-size transition by
@@ -58,10 +60,12 @@ def check_positive_int(name: str, value: Any) -> int:
 
 @dataclass
 class GSTConfig:
-    """Every knob of :class:`GSTSchedule` (fractions are of ``total_steps``)."""
+    """Every knob of :class:`GSTSchedule` (fractions are of the training steps ``[start_step, total_steps)``)."""
 
     total_steps: int
     """Training steps of the run (environment steps or updates: whatever ``step`` counts)."""
+    start_step: int = 0
+    """Step of the first training update (SB3 off-policy: ``learning_starts``); fractions count from here."""
     block_schedule: tuple[tuple[float, int], ...] = ((0.0, 4),)
     """``(fraction, B)`` pairs in increasing order, the first at 0.0; e.g. ``((0.0, 4), (0.25, 2))``."""
     transition_method: str = "exact"
@@ -85,6 +89,12 @@ class GSTConfig:
 
     def __post_init__(self) -> None:
         check_positive_int("total_steps", self.total_steps)
+        if isinstance(self.start_step, bool) or not isinstance(self.start_step, int) or not (
+            0 <= self.start_step < self.total_steps
+        ):
+            raise ValueError(
+                f"start_step must be an int in [0, total_steps={self.total_steps}), got {self.start_step!r}"
+            )
         schedule = tuple((float(f), check_block_size(b)) for f, b in self.block_schedule)
         if not schedule or schedule[0][0] != 0.0:
             raise ValueError(f"block_schedule must start with (0.0, B), got {self.block_schedule!r}")
@@ -116,8 +126,8 @@ class GSTConfig:
         self.block_schedule = schedule
 
     def step_of(self, fraction: float) -> int:
-        """Return the training step at ``fraction`` of the run."""
-        return int(round(fraction * self.total_steps))
+        """Return the step at ``fraction`` of training (of the updates from ``start_step`` to the end)."""
+        return self.start_step + int(round(fraction * (self.total_steps - self.start_step)))
 
 
 @dataclass
@@ -171,7 +181,8 @@ class GSTSchedule:
         handover = self.handover_step
         if handover is not None and step >= handover:
             return None
-        return [b for f, b in self.config.block_schedule if self.config.step_of(f) <= step][-1]
+        schedule = self.config.block_schedule  # the first block size holds from step 0, before any update
+        return ([schedule[0][1]] + [b for f, b in schedule[1:] if self.config.step_of(f) <= step])[-1]
 
     def phase(self, step: int) -> str:
         """Return ``"block_circulant"``, ``"block_circulant+pruning"`` or ``"pruning"`` at ``step``."""

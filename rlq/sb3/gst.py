@@ -641,7 +641,8 @@ class GSTCallback(CompressionCallback):
 
     def _setup(self) -> None:
         if self.schedule is None:
-            self.config = GSTConfig(total_steps=int(self.total_steps), **self._config_kwargs)
+            settings = {"start_step": min(self.start_step, int(self.total_steps) - 1), **self._config_kwargs}
+            self.config = GSTConfig(total_steps=int(self.total_steps), **settings)
             self.schedule = GSTSchedule(self.config)
         if self._pending_schedule is not None:
             pending, self._pending_schedule = self._pending_schedule, None
@@ -778,8 +779,10 @@ class GradualPruningCallback(CompressionCallback):
     """Zhu & Gupta's gradual magnitude pruning during SB3 training (the iterative-pruning baseline of GST).
 
     Paper: https://arxiv.org/abs/1710.01878, eq. 1: ``s_t = s_f + (s_i - s_f)(1 - (t - t0)/(t1 - t0))^3``
-    between ``t0 = start_fraction * T`` and ``t1 = end_fraction * T``, updated every ``update_every``
-    steps. Knobs:
+    between ``t0`` and ``t1`` at ``start_fraction`` and ``end_fraction`` of training, updated every
+    ``update_every`` steps. Fractions are of the training updates, ``[learning_starts, T)`` for off-policy
+    algorithms (nothing is trained before ``learning_starts``), as :class:`GSTCallback` counts them, so
+    "pruning starts at 20% of training" holds whatever ``learning_starts`` is. Knobs:
 
     - ``final_sparsity``: ``s_f`` of the eligible layers (0.8-0.95 common in deep RL).
     - ``start_fraction``, ``end_fraction``: ``t0`` and ``t1`` as fractions of ``T`` (RL: 0.2 and 0.8).
@@ -832,12 +835,16 @@ class GradualPruningCallback(CompressionCallback):
     @property
     def start(self) -> int:
         """Return ``t0``, the step at which pruning starts."""
-        return int(round(self.start_fraction * self.total_steps))
+        return self._step_of(self.start_fraction)
 
     @property
     def end(self) -> int:
         """Return ``t1``, the step at which the final sparsity is reached."""
-        return int(round(self.end_fraction * self.total_steps))
+        return self._step_of(self.end_fraction)
+
+    def _step_of(self, fraction: float) -> int:
+        start = min(self.start_step, self.total_steps)
+        return start + int(round(fraction * (self.total_steps - start)))
 
     @property
     def every(self) -> int:
@@ -1007,3 +1014,48 @@ def train_compressed(
     return CompressedRun(
         method, result.model, callback, result.curve, result.wall_time_s, result.resumed_from
     )
+
+
+def train_and_evaluate(
+    method: str,
+    algo: str,
+    env_id: str,
+    total_timesteps: int,
+    *,
+    seed: int = 0,
+    eval_episodes: int = 5,
+    eval_seed: int | None = None,
+    torch_threads: int | None = None,
+    keys: dict[str, Any] | None = None,
+    **train_kwargs: Any,
+) -> dict[str, Any]:
+    """Return one run's tables as plain data: ``summary`` (a row), ``history``, ``curve``, ``events``.
+
+    :func:`train_compressed` (same arguments; it resumes from ``run_dir``) followed by a deterministic
+    evaluation of ``eval_episodes`` episodes (seeded ``eval_seed``, default ``seed + 10_000``; 0 episodes
+    skips it). Every table carries the ``keys`` columns (e.g. env id, seed, method). Picklable, so
+    :func:`rlq.parallel.run_jobs` can run it in worker processes; ``torch_threads`` sets the thread count
+    of the process that trains.
+    """
+    from rlq.evaluate import evaluate
+
+    if torch_threads is not None:
+        torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
+    run = train_compressed(method, algo, env_id, total_timesteps, seed=seed, **train_kwargs)
+    keys = dict(keys or {})
+    summary = {**keys, **run.summary()}
+    if eval_episodes:
+        result = evaluate(
+            run.model,
+            env_id,
+            n_episodes=eval_episodes,
+            seed=seed + 10_000 if eval_seed is None else eval_seed,
+        )
+        summary |= {"eval_return": result.mean, "eval_std": result.std}
+    summary |= {"resumed_from": run.resumed_from}
+    return {
+        "summary": summary,
+        "history": run.history.assign(**keys),
+        "curve": run.curve.assign(**keys),
+        "events": run.callback.events.assign(**keys),
+    }
