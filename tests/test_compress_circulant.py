@@ -57,10 +57,24 @@ def test_projection_matches_explicit_diagonal_averaging(shape, b):
     assert torch.allclose(circulant_projection(weight, b), projection_by_loops(weight, b), atol=1e-12)
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 4), (1, 1, 5), (2, 2, 3, 3, 3)])
+EXPAND_SHAPES = [(2, 3, 4), (1, 1, 5), (2, 2, 3, 3, 3), (3, 2, 2), (2, 3, 8), (1, 2, 16), (2, 1, 1), (2, 2, 4, 1, 3)]
+
+
+@pytest.mark.parametrize("shape", EXPAND_SHAPES)  # both expansion paths: B <= 4 by slices, larger by a gather
 def test_expand_matches_the_index_definition(shape):
     vectors = torch.randn(shape)
     assert torch.equal(expand_circulant(vectors), expand_by_loops(vectors))
+
+
+@pytest.mark.parametrize("shape", EXPAND_SHAPES)
+def test_expand_gradient_sums_each_cyclic_diagonal(shape):
+    # expand_circulant has its own backward; the gradient must equal autograd through the loop definition
+    vectors = torch.randn(shape, requires_grad=True)
+    upstream = torch.randn(shape[0] * shape[2], shape[1] * shape[2], *shape[3:])
+    (ours,) = torch.autograd.grad(expand_circulant(vectors), vectors, upstream)
+    (reference,) = torch.autograd.grad(expand_by_loops(vectors), vectors, upstream)
+    assert torch.allclose(ours, reference, atol=1e-12)
+    assert torch.autograd.gradcheck(expand_circulant, (vectors.detach().clone().requires_grad_(),))
 
 
 def test_projection_is_the_least_squares_solution():

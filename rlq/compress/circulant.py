@@ -43,19 +43,74 @@ def expand_circulant(vectors: Tensor) -> Tensor:
     """Return the dense ``(out, in, *kernel)`` weight that B-vectors ``(out/B, in/B, B, *kernel)`` define."""
     if vectors.dim() < 3:
         raise ValueError(f"vectors must have shape (out/B, in/B, B, *kernel), got {tuple(vectors.shape)}")
-    n_out, n_in, block_size = vectors.shape[:3]
+    if torch.is_grad_enabled() and vectors.requires_grad:
+        return _ExpandCirculant.apply(vectors)
+    return _expand(vectors)
+
+
+SLICE_EXPANSION_MAX_BLOCK = 4
+"""Largest B expanded by slice copies; larger blocks use one gather (each measured faster there, on CPU)."""
+
+
+def _expand(vectors: Tensor) -> Tensor:
+    n_out, n_in, b = vectors.shape[:3]
     kernel = vectors.shape[3:]
-    # Row r of a block is v[(r - c) mod B] over c, i.e. the window z[B-1-r : 2B-1-r] of z = flip(cat(v, v)).
-    # Windows are a view (unfold); one index_select then writes the final layout, no gather per entry and
-    # no extra transposing copy (about 1.6x faster than advanced indexing on CPU).
+    if b <= SLICE_EXPANSION_MAX_BLOCK:
+        # Row r of a block is v[(r - c) mod B] over c; with the reversed vector u[e] = v[B-1-e] that is
+        # u[(B-1-r+c) mod B], increasing in c: two contiguous slices of u per row, 2B copies in all
+        # (1.4x to 3x faster than the gather below for B = 2 and 4 at 256 to 512 wide).
+        reversed_vectors = vectors.flip(2).reshape(n_out, n_in, b, -1)
+        out = vectors.new_empty(n_out, b, n_in, b, reversed_vectors.shape[-1])
+        for r in range(b):
+            s = b - 1 - r
+            out[:, r, :, : b - s] = reversed_vectors[:, :, s:]
+            if s:
+                out[:, r, :, b - s :] = reversed_vectors[:, :, :s]
+        return out.reshape(n_out * b, n_in * b, *kernel)
+    # Row r of a block is the window z[B-1-r : 2B-1-r] of z = flip(cat(v, v)). Windows are a view
+    # (unfold); one index_select then writes the final layout (about 1.6x faster than advanced indexing).
     n_kernel = len(kernel)
     last = vectors.movedim(2, -1)  # (n_out, n_in, *kernel, B)
     doubled = torch.cat([last, last], dim=-1).flip(-1)
-    windows = doubled.unfold(-1, block_size, 1)  # (n_out, n_in, *kernel, window, c)
+    windows = doubled.unfold(-1, b, 1)  # (n_out, n_in, *kernel, window, c)
     # to (n_out, window, n_in, c, *kernel): the final layout once the window index is reversed
     windows = windows.permute(0, 2 + n_kernel, 1, 3 + n_kernel, *range(2, 2 + n_kernel))
-    rows = torch.arange(block_size - 1, -1, -1, device=vectors.device)  # row r uses window B-1-r
-    return windows.index_select(1, rows).reshape(n_out * block_size, n_in * block_size, *kernel)
+    rows = torch.arange(b - 1, -1, -1, device=vectors.device)  # row r uses window B-1-r
+    return windows.index_select(1, rows).reshape(n_out * b, n_in * b, *kernel)
+
+
+def _cyclic_diagonal_sums(grad: Tensor, block_size: int) -> Tensor:
+    """Return ``g[i, j, d, ...] = sum_r grad[i*B + r, j*B + (r - d) mod B, ...]``: the B-vectors' gradient.
+
+    In reversed order ``e = B - 1 - d`` the column is ``(r + 1 + e) mod B``, which increases with e: row r
+    adds two contiguous column slices of its block, so the sum is 2B strided slice additions on views of
+    ``grad`` and one small flip, with no copy of ``grad`` (autograd through the forward's unfold and
+    index_select fills and scatters into zeros instead, about 1.3x slower).
+    """
+    b = block_size
+    n_out, n_in = grad.shape[0] // b, grad.shape[1] // b
+    kernel = grad.shape[2:]
+    blocks = grad.reshape(n_out, b, n_in, b, -1)  # (i, r, j, c, kernel)
+    reversed_sums = blocks[:, b - 1].clone()  # row B-1: column (B + e) mod B = e
+    for r in range(b - 1):
+        s = r + 1  # reversed_sums[..., e] += blocks[:, r, :, (s + e) mod B]
+        reversed_sums[:, :, : b - s] += blocks[:, r, :, s:]
+        reversed_sums[:, :, b - s :] += blocks[:, r, :, :s]
+    return reversed_sums.flip(2).reshape(n_out, n_in, b, *kernel)
+
+
+class _ExpandCirculant(torch.autograd.Function):
+    """:func:`expand_circulant` with a backward that sums cyclic diagonals directly (first order only)."""
+
+    @staticmethod
+    def forward(ctx, vectors: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.block_size = vectors.shape[2]
+        return _expand(vectors)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        return _cyclic_diagonal_sums(grad, ctx.block_size)
 
 
 def circulant_projection(weight: Tensor, block_size: int) -> Tensor:
