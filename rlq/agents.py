@@ -104,15 +104,17 @@ def make_model(
     hyperparams: dict[str, Any] | None = None,
     policy: str | None = None,
     log_dir: str | Path | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ):
     """Return a new SB3 model on ``n_envs`` seeded copies of ``env_id`` (tuned defaults, then ``hyperparams``).
 
     ``policy`` defaults to ``CnnPolicy`` for Atari and ``MlpPolicy`` otherwise; ``hyperparams`` may hold
     ``action_noise_std`` (Gaussian exploration noise for TD3/DDPG/SAC) besides the algorithm's own arguments.
+    ``env_kwargs`` go to :func:`rlq.envs.make_vec_env` (e.g. a football ``representation``).
     """
     cls = algorithm_class(algo)
     seed_everything(seed)
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed, **(env_kwargs or {}))
     # deep copy: SB3 edits policy_kwargs in place (SAC adds use_sde), which must not leak into the caller's dict
     params = copy.deepcopy({**TUNED_HYPERPARAMS.get((algo.upper(), env_id), {}), **(hyperparams or {})})
     policy = policy or ("CnnPolicy" if is_atari(env_id) else "MlpPolicy")
@@ -283,6 +285,7 @@ def train_agent(
     policy: str | None = None,
     save_model: Callable[[Any, Path], Any] | None = None,
     load_model: Callable[[type, Path, Any], Any] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
 
@@ -291,7 +294,7 @@ def train_agent(
     ``load_model(cls, path, env)`` replace SB3's ``model.save`` and ``cls.load(path, env=env)`` (compressed
     policies need :func:`rlq.sb3.checkpoint.save_compressed` / ``load_compressed``). Callbacks with a
     ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (rlq's compression schedules) have their
-    state saved with each checkpoint and restored on resume.
+    state saved with each checkpoint and restored on resume. ``env_kwargs`` go to every env made.
     """
     if total_timesteps < 1:
         raise ValueError(f"total_timesteps must be >= 1, got {total_timesteps}")
@@ -299,12 +302,20 @@ def train_agent(
     log_dir = Path(run_dir) / "sb3" if run_dir is not None else None
     found = latest_checkpoint(ckpt_dir) if ckpt_dir is not None and ckpt_dir.exists() else None
     if found is None:
-        model = make_model(algo, env_id, seed=seed, n_envs=n_envs, hyperparams=hyperparams, policy=policy)
+        model = make_model(
+            algo,
+            env_id,
+            seed=seed,
+            n_envs=n_envs,
+            hyperparams=hyperparams,
+            policy=policy,
+            env_kwargs=env_kwargs,
+        )
         rows, wall_offset, resumed = [], 0.0, None
     else:
         steps, path = found
         env = make_vec_env(
-            env_id, n_envs=n_envs, seed=seed + steps
+            env_id, n_envs=n_envs, seed=seed + steps, **(env_kwargs or {})
         )  # fresh episodes, not a replay of the first
         replay = ckpt_dir / f"replay_{steps}_steps.pkl"
         try:

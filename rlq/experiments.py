@@ -50,6 +50,28 @@ class Experiment:
     parameters: dict[str, Parameter]
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     wall_times: dict[str, str] = field(default_factory=dict)
+    requires: dict[str, str] = field(default_factory=dict)
+    """Optional modules the notebook needs (module -> how to install it), from ``metadata.rlq.requires``."""
+
+    def missing(self) -> dict[str, str]:
+        """Return the required modules that cannot be imported here, each with how to install it."""
+        import importlib.util
+
+        def absent(module: str) -> bool:
+            try:
+                return importlib.util.find_spec(module) is None
+            except (ImportError, ValueError):
+                return True
+
+        return {module: how for module, how in self.requires.items() if absent(module)}
+
+    def check_requirements(self) -> None:
+        """Raise ExperimentError naming each missing optional module and how to install it."""
+        missing = self.missing()
+        if missing:
+            raise ExperimentError(
+                f"experiment {self.name!r} needs " + "; ".join(f"{m} ({how})" for m, how in missing.items())
+            )
 
     def resolve(
         self, preset: str | None = None, overrides: list[tuple[str, str]] | None = None
@@ -208,7 +230,10 @@ def load_experiment(path: str | Path) -> Experiment:
                 if key not in parameters:
                     raise ExperimentError(f"{where}: preset {preset!r} sets unknown parameter {key!r}")
                 _check_type(parameters[key], value, f"{where}, preset {preset!r}")
-    return Experiment(path.stem, path, description, parameters, presets, wall_times)
+    requires = nb.get("metadata", {}).get("rlq", {}).get("requires", {})
+    if not isinstance(requires, dict) or not all(isinstance(v, str) for v in requires.values()):
+        raise ExperimentError(f"{path}: metadata.rlq.requires must map module names to install hints")
+    return Experiment(path.stem, path, description, parameters, presets, wall_times, dict(requires))
 
 
 def list_experiments(folder: str | Path | None = None) -> list[Experiment]:

@@ -114,6 +114,7 @@ def run_experiment(
     """
     experiment = get_experiment(name)
     params = experiment.resolve(preset, overrides)
+    experiment.check_requirements()
     path = new_run_dir(out, experiment.name)
     return execute(experiment, params, path, preset=preset, **kwargs)
 

@@ -14,10 +14,15 @@ from torch import nn
 REPO = Path(__file__).resolve().parent.parent
 
 
-def write_tiny_notebook(folder: Path, name: str = "tiny") -> Path:
-    """Write a small experiment notebook following rlq's conventions; it records what it was given."""
+def write_tiny_notebook(folder: Path, name: str = "tiny", requires: dict[str, str] | None = None) -> Path:
+    """Write a small experiment notebook following rlq's conventions; it records what it was given.
+
+    ``requires`` goes to ``metadata.rlq.requires`` (optional modules and how to install them).
+    """
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if requires is not None:
+        nb.metadata["rlq"] = {"requires": requires}
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Tiny: a test experiment\n\nRecords its parameters."),
         nbformat.v4.new_code_cell(

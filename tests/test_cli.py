@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, write_tiny_notebook
 
 
 def test_list_shows_description_and_presets(tiny_notebooks):
@@ -118,3 +118,16 @@ def test_bad_input_message_lists_the_choices(tiny_notebooks):
     assert "quick, paper" in result.stderr
     result = run_cli("run", "nosuch")
     assert "known experiments: tiny" in result.stderr
+
+
+def test_missing_optional_module_refuses_run_and_reproduce_skips_it(tiny_notebooks, tmp_path):
+    write_tiny_notebook(tiny_notebooks, "needs_module", requires={"rlq_no_such_module": "run `make nothing`"})
+    out = tmp_path / "out"
+    result = run_cli("run", "needs_module", "--preset", "quick", "--out", str(out))
+    assert result.returncode == 2 and "needs rlq_no_such_module (run `make nothing`)" in result.stderr
+    assert not out.exists()
+    result = run_cli("reproduce", "--preset", "quick", "--out", str(out), "--quiet")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "needs_module: skipped (needs rlq_no_such_module: run `make nothing`)" in result.stdout
+    assert "tiny: ok" in result.stdout
+    assert [p.name for p in out.iterdir()] == ["tiny"]  # no run folder for the skipped experiment

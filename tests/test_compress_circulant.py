@@ -57,7 +57,16 @@ def test_projection_matches_explicit_diagonal_averaging(shape, b):
     assert torch.allclose(circulant_projection(weight, b), projection_by_loops(weight, b), atol=1e-12)
 
 
-EXPAND_SHAPES = [(2, 3, 4), (1, 1, 5), (2, 2, 3, 3, 3), (3, 2, 2), (2, 3, 8), (1, 2, 16), (2, 1, 1), (2, 2, 4, 1, 3)]
+EXPAND_SHAPES = [
+    (2, 3, 4),
+    (1, 1, 5),
+    (2, 2, 3, 3, 3),
+    (3, 2, 2),
+    (2, 3, 8),
+    (1, 2, 16),
+    (2, 1, 1),
+    (2, 2, 4, 1, 3),
+]
 
 
 @pytest.mark.parametrize("shape", EXPAND_SHAPES)  # both expansion paths: B <= 4 by slices, larger by a gather

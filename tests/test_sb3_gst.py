@@ -265,7 +265,9 @@ def test_gst_fractions_count_from_learning_starts():
     assert callback.schedule.rise_step == 40 + round(0.5 * 0.5 * 360)  # s_shift * bc_end of the updates
     history = callback.history
     pruned = history[history["event"].str.contains("prune")]
-    assert len(pruned) and pruned["step"].min() >= 130 and (history.query("step < 130")["sparsity"] == 0).all()
+    assert (
+        len(pruned) and pruned["step"].min() >= 130 and (history.query("step < 130")["sparsity"] == 0).all()
+    )
 
 
 def test_dense_recorder_compresses_nothing():

@@ -89,8 +89,10 @@ class GSTConfig:
 
     def __post_init__(self) -> None:
         check_positive_int("total_steps", self.total_steps)
-        if isinstance(self.start_step, bool) or not isinstance(self.start_step, int) or not (
-            0 <= self.start_step < self.total_steps
+        if (
+            isinstance(self.start_step, bool)
+            or not isinstance(self.start_step, int)
+            or not (0 <= self.start_step < self.total_steps)
         ):
             raise ValueError(
                 f"start_step must be an int in [0, total_steps={self.total_steps}), got {self.start_step!r}"

@@ -983,13 +983,15 @@ def train_compressed(
     reward_window: int = 10,
     log_every: int = 1000,
     callbacks: list[BaseCallback] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> CompressedRun:
     """Return a run of ``algo`` on ``env_id`` trained with compression ``method`` (see :func:`make_callback`).
 
     Training goes through :func:`rlq.agents.train_agent` with compressed checkpoints
     (:func:`rlq.sb3.checkpoint.save_compressed`) every ``checkpoint_every`` steps into ``run_dir``; calling
     it again with the same ``run_dir`` resumes from the newest checkpoint, schedule state included.
-    ``callbacks`` run after the compression callback (e.g. live progress in :mod:`rlq.widgets`).
+    ``callbacks`` run after the compression callback (e.g. live progress in :mod:`rlq.widgets`);
+    ``env_kwargs`` go to every env made (:func:`rlq.envs.make_vec_env`).
     """
     from rlq.agents import train_agent
     from rlq.sb3.checkpoint import load_compressed, save_compressed
@@ -1008,6 +1010,7 @@ def train_compressed(
         policy=policy,
         save_model=save_compressed,
         load_model=load_compressed,
+        env_kwargs=env_kwargs,
     )
     if callback.layers is None:  # a finished run resumed: learn() did not run, attach the model for measures
         callback.init_callback(result.model)
