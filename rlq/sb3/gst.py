@@ -1030,13 +1030,15 @@ def train_and_evaluate(
     eval_seed: int | None = None,
     torch_threads: int | None = None,
     keys: dict[str, Any] | None = None,
+    last_episodes: int = 10,
     **train_kwargs: Any,
 ) -> dict[str, Any]:
     """Return one run's tables as plain data: ``summary`` (a row), ``history``, ``curve``, ``events``.
 
     :func:`train_compressed` (same arguments; it resumes from ``run_dir``) followed by a deterministic
     evaluation of ``eval_episodes`` episodes (seeded ``eval_seed``, default ``seed + 10_000``; 0 episodes
-    skips it). Every table carries the ``keys`` columns (e.g. env id, seed, method). Picklable, so
+    skips it); ``last_episodes`` training episodes make the summary's ``final_train_return``. Every table
+    carries the ``keys`` columns (e.g. env id, seed, method). Picklable, so
     :func:`rlq.parallel.run_jobs` can run it in worker processes; ``torch_threads`` sets the thread count
     of the process that trains.
     """
@@ -1046,7 +1048,7 @@ def train_and_evaluate(
         torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
     run = train_compressed(method, algo, env_id, total_timesteps, seed=seed, **train_kwargs)
     keys = dict(keys or {})
-    summary = {**keys, **run.summary()}
+    summary = {**keys, **run.summary(last_episodes=last_episodes)}
     if eval_episodes:
         result = evaluate(
             run.model,
