@@ -1031,12 +1031,13 @@ def train_and_evaluate(
     torch_threads: int | None = None,
     keys: dict[str, Any] | None = None,
     last_episodes: int = 10,
+    eval_deterministic: bool = True,
     **train_kwargs: Any,
 ) -> dict[str, Any]:
-    """Return one run's tables as plain data: ``summary`` (a row), ``history``, ``curve``, ``events``.
+    """Return one run's tables as plain data: ``summary`` (a row), ``history``, ``curve``, ``events``, ``layers``.
 
     :func:`train_compressed` (same arguments; it resumes from ``run_dir``) followed by a deterministic
-    evaluation of ``eval_episodes`` episodes (seeded ``eval_seed``, default ``seed + 10_000``; 0 episodes
+    evaluation (``eval_deterministic``) of ``eval_episodes`` episodes (seeded ``eval_seed``, default ``seed + 10_000``; 0 episodes
     skips it); ``last_episodes`` training episodes make the summary's ``final_train_return``. Every table
     carries the ``keys`` columns (e.g. env id, seed, method). Picklable, so
     :func:`rlq.parallel.run_jobs` can run it in worker processes; ``torch_threads`` sets the thread count
@@ -1063,4 +1064,5 @@ def train_and_evaluate(
         "history": run.history.assign(**keys),
         "curve": run.curve.assign(**keys),
         "events": run.callback.events.assign(**keys),
+        "layers": run.callback.layer_report().assign(**keys),
     }
