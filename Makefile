@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv reproduce test lint clean-venv
+.PHONY: venv reproduce test lint clean-venv football
 
 venv: $(STAMP)
 
@@ -20,6 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 # the report is built even when an experiment failed (it lists failed runs); the exit status is reproduce's
 reproduce: $(STAMP)
 	$(BIN)/rlq reproduce --preset quick; status=$$?; $(BIN)/rlq report; exit $$status
+
+# Google Research Football (optional): Debian build packages, a gfootball wheel built once into
+# ~/.cache/rlq (about 8 min), then installed from there (seconds). See tools/football.sh.
+football: $(STAMP)
+	bash tools/football.sh
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -3,7 +3,8 @@
 Families: Gymnasium classic control and MuJoCo (``CartPole-v1``, ``HalfCheetah-v5``), Atari through
 ale-py with the standard DeepMind preprocessing (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``), and
 DeepMind Control through shimmy (``dm_control/cartpole-balance-v0``) with flattened float32 observations
-and float32 actions.
+and float32 actions, and Google Research Football (``gfootball/academy_empty_goal_close``; optional,
+installed by ``make football``) through shimmy's Gym 0.21 compatibility wrapper.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ FAMILIES = (
     "MuJoCo (e.g. HalfCheetah-v5, Humanoid-v5, Hopper-v5)",
     "Atari via ale-py (ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Breakout-v5, PongNoFrameskip-v4)",
     "DeepMind Control via shimmy (dm_control/<domain>-<task>-v0, e.g. dm_control/cartpole-balance-v0)",
+    "Google Research Football, optional (gfootball/<scenario>, e.g. gfootball/academy_empty_goal_close)",
 )
 ATARI_FRAME_STACK = 4
 
@@ -44,6 +46,14 @@ def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4")
 
 
+FOOTBALL_PREFIX = "gfootball/"
+
+
+def is_football(env_id: str) -> bool:
+    """Return True for Google Research Football ids (``gfootball/<scenario>``)."""
+    return env_id.startswith(FOOTBALL_PREFIX)
+
+
 def is_dm_control(env_id: str) -> bool:
     """Return True for DeepMind Control ids (``dm_control/<domain>-<task>-v0``)."""
     return env_id.startswith("dm_control/")
@@ -53,6 +63,11 @@ def check_env_id(env_id: str) -> None:
     """Raise ValueError naming the families rlq knows when ``env_id`` is not a registered environment."""
     if not isinstance(env_id, str) or not env_id:
         raise ValueError(f"env id must be a non-empty string, got {env_id!r}")
+    if is_football(env_id):
+        from rlq.football import check_scenario
+
+        check_scenario(env_id.removeprefix(FOOTBALL_PREFIX))
+        return
     _register_families(env_id)
     if env_id in gym.envs.registry:
         return
@@ -91,6 +106,12 @@ def _make_raw(env_id: str, render_mode: str | None = None, **kwargs: Any) -> gym
     """Return the environment of ``env_id`` with its family's standard wrappers, unseeded."""
     check_env_id(env_id)
     atari_kwargs = kwargs.pop("atari_wrapper_kwargs", {})
+    if is_football(env_id):
+        from rlq.football import make_football
+
+        if render_mode is not None:
+            raise ValueError("football environments are made without rendering (0.76 s a frame off-screen)")
+        return make_football(env_id.removeprefix(FOOTBALL_PREFIX), **kwargs)
     if is_atari(env_id):
         if env_id.startswith("ALE/"):
             kwargs.setdefault("frameskip", 1)
