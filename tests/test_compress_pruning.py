@@ -195,3 +195,23 @@ def test_gradual_sparsity_rejects_bad_arguments():
         gradual_sparsity(0, 0.5, 0, 10, initial_sparsity=0.6)
     with pytest.raises(ValueError, match="update_every"):
         gradual_sparsity(0, 0.5, 0, 10, update_every=0)
+
+
+def test_gradual_pruning_schedule_counts_fractions_from_start_step():
+    from rlq.compress import GradualPruning, GradualPruningConfig
+
+    config = GradualPruningConfig(total_steps=1100, final_sparsity=0.8, start_step=100, prune_every=1)
+    schedule = GradualPruning(config)
+    # training steps [100, 1100): t0 = 100 + 0.2 * 1000, t1 = 100 + 0.8 * 1000
+    assert (schedule.start_step, schedule.end_step) == (300, 900)
+    assert schedule.target(299) == 0.0 and schedule.target(900) == pytest.approx(0.8)
+    assert schedule.target(600) == pytest.approx(0.8 * (1 - 0.5**3))  # halfway: s_f (1 - (1/2)^3)
+    assert (
+        GradualPruning(GradualPruningConfig(total_steps=1000, start=0.0, end=1.0)).every == 10
+    )  # 1% of t1 - t0
+    model = mlp()
+    assert schedule.apply_(model, 299) == [] and schedule.apply_(model, 600)[0].sparsity == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="start_step must be an int >= 0"):
+        GradualPruningConfig(total_steps=10, start_step=-1)
+    with pytest.raises(ValueError, match="start 0.9 must not exceed end 0.5"):
+        GradualPruningConfig(total_steps=10, start=0.9, end=0.5)

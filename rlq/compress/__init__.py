@@ -31,6 +31,7 @@ from rlq.compress.circulant import (
     residue_permutation,
     split_circulant_vectors,
 )
+from rlq.compress.gradual import GradualPruning, GradualPruningConfig
 from rlq.compress.gst import GSTAction, GSTConfig, GSTSchedule
 from rlq.compress.layers import (
     CompressionReport,
@@ -62,6 +63,8 @@ __all__ = [
     "GSTAction",
     "GSTConfig",
     "GSTSchedule",
+    "GradualPruning",
+    "GradualPruningConfig",
     "RewardAwareConfig",
     "RewardAwareSparsity",
     "average_compression_ratio",

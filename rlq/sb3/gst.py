@@ -61,13 +61,14 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from rlq.compress import (
+    GradualPruning,
+    GradualPruningConfig,
     GSTAction,
     GSTConfig,
     GSTSchedule,
     RewardAwareConfig,
     average_compression_ratio,
     block_size_of,
-    gradual_sparsity,
     is_block_circulant,
     layer_report,
     magnitude_prune_,
@@ -82,7 +83,6 @@ from rlq.compress.gst import check_positive_int
 from rlq.compress.layers import dense_weight_numel
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_
 from rlq.compress.measures import stored_weight_count
-from rlq.compress.pruning import SCOPES, check_sparsity
 from rlq.sb3.networks import layer_chains, optimizers, refresh_optimizers, target_pairs
 
 HISTORY_COLUMNS = [
@@ -782,10 +782,11 @@ class GradualPruningCallback(CompressionCallback):
     between ``t0`` and ``t1`` at ``start_fraction`` and ``end_fraction`` of training, updated every
     ``update_every`` steps. Fractions are of the training updates, ``[learning_starts, T)`` for off-policy
     algorithms (nothing is trained before ``learning_starts``), as :class:`GSTCallback` counts them, so
-    "pruning starts at 20% of training" holds whatever ``learning_starts`` is. Knobs:
+    "pruning starts at 20% of training" holds whatever ``learning_starts`` is. The timeline is
+    :class:`rlq.compress.GradualPruning`'s (``schedule``, made when training starts). Knobs:
 
     - ``final_sparsity``: ``s_f`` of the eligible layers (0.8-0.95 common in deep RL).
-    - ``start_fraction``, ``end_fraction``: ``t0`` and ``t1`` as fractions of ``T`` (RL: 0.2 and 0.8).
+    - ``start_fraction``, ``end_fraction``: ``t0`` and ``t1`` as fractions of training (RL: 0.2 and 0.8).
     - ``update_every``: steps between two mask updates (Δt; default: 1% of ``t1 - t0``).
     - ``total_steps``: ``T`` (default: ``total_timesteps`` of the first ``learn`` call).
     - ``initial_sparsity``: ``s_i``; ``scope``: ``"layer"`` or ``"global"`` magnitude ranking.
@@ -813,51 +814,67 @@ class GradualPruningCallback(CompressionCallback):
         verbose: int = 0,
     ):
         super().__init__(skip_first_last, reward_window, log_every, cache_rollouts, verbose)
-        self.final_sparsity = check_sparsity(final_sparsity, "final_sparsity")
-        self.initial_sparsity = check_sparsity(initial_sparsity, "initial_sparsity")
-        if self.initial_sparsity > self.final_sparsity:
-            raise ValueError(f"initial_sparsity {initial_sparsity} exceeds final_sparsity {final_sparsity}")
         for name, value in (("start_fraction", start_fraction), ("end_fraction", end_fraction)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
         if start_fraction > end_fraction:
             raise ValueError(f"start_fraction {start_fraction} must not exceed end_fraction {end_fraction}")
-        if scope not in SCOPES:
-            raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
-        self.start_fraction, self.end_fraction = float(start_fraction), float(end_fraction)
-        self.update_every = None if update_every is None else check_positive_int("update_every", update_every)
+        if update_every is not None:
+            check_positive_int("update_every", update_every)
+        self._settings = dict(
+            final_sparsity=final_sparsity,
+            start=start_fraction,
+            end=end_fraction,
+            prune_every=update_every,
+            initial_sparsity=initial_sparsity,
+            scope=scope,
+            skip_first_last=skip_first_last,
+        )
+        GradualPruningConfig(
+            total_steps=1, **self._settings
+        )  # validate everything now, not at the first step
         if total_steps is not None:
             self.total_steps = check_positive_int("total_steps", total_steps)
+        self.final_sparsity, self.initial_sparsity = float(final_sparsity), float(initial_sparsity)
+        self.start_fraction, self.end_fraction = float(start_fraction), float(end_fraction)
         self.scope = scope
+        self.schedule: GradualPruning | None = None
         self.applied_sparsity = 0.0
         self.pruned = False
+
+    def _require_schedule(self) -> GradualPruning:
+        if self.schedule is None:
+            raise RuntimeError("the schedule is made when training starts: call model.learn(...) first")
+        return self.schedule
 
     @property
     def start(self) -> int:
         """Return ``t0``, the step at which pruning starts."""
-        return self._step_of(self.start_fraction)
+        return self._require_schedule().start_step
 
     @property
     def end(self) -> int:
         """Return ``t1``, the step at which the final sparsity is reached."""
-        return self._step_of(self.end_fraction)
-
-    def _step_of(self, fraction: float) -> int:
-        start = min(self.start_step, self.total_steps)
-        return start + int(round(fraction * (self.total_steps - start)))
+        return self._require_schedule().end_step
 
     @property
     def every(self) -> int:
         """Return Δt, the steps between mask updates."""
-        return self.update_every or max(1, (self.end - self.start) // 100)
+        return self._require_schedule().every
 
     def target_sparsity(self, step: int) -> float:
         """Return the schedule's sparsity at ``step``."""
-        return gradual_sparsity(
-            step, self.final_sparsity, self.start, self.end, self.initial_sparsity, self.every
-        )
+        return self._require_schedule().target(step)
 
     def _setup(self) -> None:
+        self.schedule = GradualPruning(
+            GradualPruningConfig(
+                total_steps=int(self.total_steps),
+                start_step=self.start_step,
+                networks="whole",
+                **self._settings,
+            )
+        )
         if not self._require_layers().eligible:
             raise ValueError(
                 f"{type(self.model.policy).__name__} has no layer to prune: every layer is the first or "

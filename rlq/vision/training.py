@@ -4,7 +4,7 @@
 schedule's ``apply_(model, step, reward, optimizers)`` before every optimizer step, the same interface as
 :class:`rlq.compress.GSTSchedule`. The reward GST's reward-aware controller sees is the validation accuracy
 measured at the end of each epoch (higher is better), so compression rises while accuracy holds. The
-baseline :class:`GradualPruning` is Zhu & Gupta's cubic schedule behind the same interface.
+baseline :class:`rlq.compress.GradualPruning` is Zhu & Gupta's cubic schedule behind the same interface.
 
 One row of history per epoch; the average compression ratio is exact, the mean over every optimizer
 step of the ratio the step trained with (GST's "average compression ratio").
@@ -28,17 +28,15 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from rlq.compress import (
+    GradualPruning,
+    GradualPruningConfig,
     GSTAction,
     GSTConfig,
     GSTSchedule,
     RewardAwareConfig,
     compression_ratio,
-    gradual_sparsity,
     load_compressed_state_dict_,
-    magnitude_prune_,
 )
-from rlq.compress.gst import check_positive_int
-from rlq.compress.layers import Networks
 from rlq.vision.datasets import ImageData
 
 log = logging.getLogger(__name__)
@@ -72,93 +70,6 @@ class CompressionSchedule(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-@dataclass
-class GradualPruningConfig:
-    """Knobs of :class:`GradualPruning` (fractions are of ``total_steps``)."""
-
-    total_steps: int
-    """Optimizer steps of the whole run."""
-    final_sparsity: float = 0.8
-    """Sparsity of the eligible layers at the end of the ramp (Zhu & Gupta's s_f)."""
-    start: float = 0.2
-    """Fraction of training at which pruning starts (t0; 20% is the common RL setting)."""
-    end: float = 0.8
-    """Fraction of training at which the final sparsity is reached (t1; 80%)."""
-    prune_every: int = 100
-    """Steps between two updates of the mask (Δt)."""
-    skip_first_last: bool = True
-    """Keep the first and last layer dense, as GST does."""
-    networks: Networks = "whole"
-    """How layers group into networks; ``"whole"`` suits a ResNet or AlexNet."""
-    scope: str = "layer"
-    """``"layer"``: every eligible layer at the same sparsity; ``"global"``: one magnitude threshold."""
-
-    def __post_init__(self) -> None:
-        check_positive_int("total_steps", self.total_steps)
-        if not 0.0 <= self.start <= self.end <= 1.0:
-            raise ValueError(f"need 0 <= start <= end <= 1, got {self.start} and {self.end}")
-        if not 0.0 <= self.final_sparsity < 1.0:
-            raise ValueError(f"final_sparsity must be in [0, 1), got {self.final_sparsity}")
-        if self.prune_every < 1:
-            raise ValueError(f"prune_every must be >= 1, got {self.prune_every}")
-
-
-class GradualPruning:
-    """Zhu & Gupta (2017) gradual magnitude pruning (arXiv 1710.01878, eq. 1) with GSTSchedule's interface.
-
-    Dense until ``start``, then every ``prune_every`` steps the eligible layers are magnitude-pruned to
-    ``s_t = s_f (1 - (1 - (t - t0) / (t1 - t0))^3)``, reaching ``final_sparsity`` at ``end``. The reward is
-    ignored (the schedule is fixed); that is the baseline GST is compared with.
-    """
-
-    def __init__(self, config: GradualPruningConfig):
-        self.config = config
-        self.applied_sparsity = 0.0
-
-    @property
-    def start_step(self) -> int:
-        """Return the step at which pruning starts."""
-        return int(round(self.config.start * self.config.total_steps))
-
-    @property
-    def end_step(self) -> int:
-        """Return the step at which the final sparsity is reached."""
-        return int(round(self.config.end * self.config.total_steps))
-
-    def target(self, step: int) -> float:
-        """Return the sparsity the schedule prescribes at ``step``."""
-        c = self.config
-        return gradual_sparsity(
-            step, c.final_sparsity, self.start_step, self.end_step, update_every=c.prune_every
-        )
-
-    def phase(self, step: int) -> str:
-        """Return ``"dense"``, ``"pruning"`` or ``"pruned"`` at ``step``."""
-        return "dense" if step < self.start_step else "pruning" if step < self.end_step else "pruned"
-
-    def apply_(
-        self, module: nn.Module, step: int, reward: float | None = None, optimizers: Any = ()
-    ) -> list[GSTAction]:
-        """Return the prune action carried out at ``step`` (none while the target is unchanged)."""
-        target = self.target(step)
-        if target == self.applied_sparsity:
-            return []
-        c = self.config
-        magnitude_prune_(
-            module, target, skip_first_last=c.skip_first_last, scope=c.scope, networks=c.networks
-        )
-        self.applied_sparsity = target
-        return [GSTAction(step, "prune", sparsity=target)]
-
-    def state_dict(self) -> dict[str, Any]:
-        """Return the schedule's progress (the masks themselves are in the module's state_dict)."""
-        return {"applied_sparsity": self.applied_sparsity}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the progress saved by :meth:`state_dict`."""
-        self.applied_sparsity = float(state["applied_sparsity"])
 
 
 def make_schedule(
