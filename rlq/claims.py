@@ -94,6 +94,15 @@ CLAIMS: list[Claim] = [
         "ours >= paper - 5 %p",
     ),
     Claim(
+        "gst",
+        "ppo_football",
+        "avg_compression_ratio",
+        "gst_ppo_football",
+        _scaled(_get("avg_compression_gst"), 100.0),
+        lambda ours, paper: ours >= paper - 5.0,
+        "ours >= paper - 5 %p",
+    ),
+    Claim(
         "quarl",
         "actorq",
         "end_to_end_speedup_min",
