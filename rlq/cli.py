@@ -57,12 +57,16 @@ def _summary_line(name: str, outcome) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     from rlq.runner import resume_run, run_experiment
 
+    if args.rerun and not args.resume:
+        raise ExperimentError("--rerun goes with --resume RUN_DIR")
     if args.resume:
         if args.name or args.preset or args.param:
             raise ExperimentError(
                 "--resume takes the run folder's own parameters: give no NAME, --preset or -p"
             )
-        outcome = resume_run(args.resume, progress=not args.quiet, log_output=args.log_output)
+        outcome = resume_run(
+            args.resume, rerun=args.rerun, progress=not args.quiet, log_output=args.log_output
+        )
     else:
         if not args.name:
             raise ExperimentError("rlq run needs an experiment NAME (see `rlq list`) or --resume RUN_DIR")
@@ -150,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted or failed run folder"
+    )
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="with --resume: run a finished run's notebook again over its checkpoints (nothing retrains)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")

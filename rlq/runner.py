@@ -119,19 +119,23 @@ def run_experiment(
     return execute(experiment, params, path, preset=preset, **kwargs)
 
 
-def resume_run(path: str | Path, **kwargs: Any) -> RunOutcome:
+def resume_run(path: str | Path, rerun: bool = False, **kwargs: Any) -> RunOutcome:
     """Return the outcome of re-executing the run folder ``path`` with its own parameters.
 
     The previous attempt's notebook and results are kept under ``attempts/<n>/``; the notebook resumes
-    from the checkpoints it left in the folder.
+    from the checkpoints it left in the folder. A finished run is refused unless ``rerun``: then the
+    current notebook runs again over the finished checkpoints (nothing retrains), e.g. after its
+    analysis changed.
     """
     path = Path(path)
     params_file, results_file = path / PARAMS_FILE, path / RESULTS_FILE
     if not params_file.is_file():
         raise FileNotFoundError(f"{path} is not a run folder (no {PARAMS_FILE})")
     previous = read_json(results_file)
-    if previous.get("status") == "ok":
-        raise ValueError(f"{path} finished successfully; start a new run instead of resuming it")
+    if previous.get("status") == "ok" and not rerun:
+        raise ValueError(
+            f"{path} finished successfully; start a new run, or pass --rerun to analyse its checkpoints again"
+        )
     experiment = get_experiment(previous.get("experiment") or path.parent.name)
     params = read_json(params_file)
     unknown = set(params) - set(experiment.parameters)

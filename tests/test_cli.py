@@ -88,6 +88,13 @@ def test_resume_reruns_failed_folder_and_archives_previous_attempt(tiny_notebook
     assert len(list((out / "tiny").iterdir())) == 1  # resumed in place, no new folder
     again = run_cli("run", "--resume", str(run_dir))
     assert again.returncode == 2 and "finished successfully" in again.stderr
+    # --rerun analyses a finished run again in place (the notebook changed), keeping the earlier results
+    first = json.loads((run_dir / "results.json").read_text())
+    rerun = run_cli("run", "--resume", str(run_dir), "--rerun")
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads((run_dir / "attempts" / "2" / "results.json").read_text()) == first
+    assert json.loads((run_dir / "results.json").read_text())["total"] == first["total"]
+    assert run_cli("run", "tiny", "--rerun").returncode == 2
 
 
 @pytest.mark.parametrize(
