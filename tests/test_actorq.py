@@ -284,3 +284,25 @@ def test_ray_end_to_end_with_actor_restart(ray_session):
     assert ray.is_initialized()  # a Ray instance train() did not start is left running, its actors are not
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(handle.ping.remote(), timeout=30)
+
+
+def test_torch_int8_engine_acts_with_the_broadcast_codes_on_every_load():
+    architecture = arch((64, 64))
+    engine = make_engine(architecture, "int8", "torch")
+    obs = np.random.default_rng(1).standard_normal((8, 5)).astype(np.float32)
+    for seed in (0, 1):  # the first load builds the int8 layers, the second only sets new codes into them
+        w = {k: v + 0.05 * seed for k, v in weights_of(architecture).items()}
+        policy = decode_policy(encode_policy(w, "int8", version=seed))
+        engine.load(policy)
+        layers = {
+            n: m for n, m in engine.model.named_modules() if hasattr(m, "weight") and callable(m.weight)
+        }
+        assert len(layers) == 3
+        for name, layer in layers.items():
+            sent = policy.weights[f"{name}.weight"]
+            assert np.array_equal(layer.weight().int_repr().numpy(), sent.codes)
+            assert np.allclose(layer.weight().q_per_channel_scales().numpy(), sent.scale)
+        # a float network holding exactly the decoded weights acts the same, up to activation rounding
+        reference = make_engine(architecture, "fp32", "torch")
+        reference.load(policy)
+        assert np.abs(engine(obs)[0] - reference(obs)[0]).max() < 5e-2
