@@ -123,6 +123,10 @@ def claims_table(records: list[RunRecord]) -> pd.DataFrame:
                     source=run.source,
                     holds=f"{verdict} ({other})" if other else verdict,
                 )
+            elif run is not None:
+                # the run finished but did not produce the number (e.g. no run reached the return threshold)
+                row.update(preset=run.preset, seeds=run.seeds, source=run.source)
+                row["holds"] = "no value in the finished run"
             else:
                 row["holds"] = "no finished run"
         rows.append(row)

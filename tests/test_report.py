@@ -78,3 +78,13 @@ def test_a_claim_measured_in_another_setting_says_so(tmp_path):
     assert row.ours == pytest.approx(69.8) and row.holds == "yes (measured on digits, not CIFAR-10)"
     _, text = build_report(parent, tmp_path / "r.html", tmp_path / "no_results")
     assert "2 measured by rlq, 2 hold (2 of them in another setting)" in text
+
+
+def test_a_finished_run_without_the_number_says_so(tmp_path):
+    parent = tmp_path / "runs"
+    _run(
+        parent, "quarl_actorq", "medium", "ok", {"speedup_int8_vs_fp32": None}
+    )  # no run reached the threshold
+    table = claims_table(collect_runs(parent, tmp_path / "no_results"))
+    row = table[(table.experiment == "actorq") & (table.metric == "end_to_end_speedup_min")].iloc[0]
+    assert row.ours is None and row.preset == "medium" and row.holds == "no value in the finished run"
