@@ -306,3 +306,15 @@ def test_torch_int8_engine_acts_with_the_broadcast_codes_on_every_load():
         reference = make_engine(architecture, "fp32", "torch")
         reference.load(policy)
         assert np.abs(engine(obs)[0] - reference(obs)[0]).max() < 5e-2
+
+
+def test_torch_fp16_engine_takes_each_new_policy():
+    architecture = arch((64, 64))
+    engine = make_engine(architecture, "fp16", "torch")
+    obs = np.random.default_rng(2).standard_normal((8, 5)).astype(np.float32)
+    for seed in (0, 1, 2):  # later loads copy into the fp16 network built at the first one
+        w = {k: v * (1 + 0.5 * seed) for k, v in weights_of(architecture).items()}
+        reference = make_engine(architecture, "fp32", "torch")
+        reference.load(decode_policy(encode_policy(w, "fp32")))
+        engine.load(decode_policy(encode_policy(w, "fp16", version=seed)))
+        assert np.abs(engine(obs)[0] - reference(obs)[0]).max() < 2e-2
