@@ -207,11 +207,12 @@ def test_gradual_pruning_schedule_counts_fractions_from_start_step():
     assert schedule.target(299) == 0.0 and schedule.target(900) == pytest.approx(0.8)
     assert schedule.target(600) == pytest.approx(0.8 * (1 - 0.5**3))  # halfway: s_f (1 - (1/2)^3)
     assert (
-        GradualPruning(GradualPruningConfig(total_steps=1000, start=0.0, end=1.0)).every == 10
+        GradualPruning(GradualPruningConfig(total_steps=1000, start_fraction=0.0, end_fraction=1.0)).every
+        == 10
     )  # 1% of t1 - t0
     model = mlp()
     assert schedule.apply_(model, 299) == [] and schedule.apply_(model, 600)[0].sparsity == pytest.approx(0.7)
     with pytest.raises(ValueError, match="start_step must be an int >= 0"):
         GradualPruningConfig(total_steps=10, start_step=-1)
-    with pytest.raises(ValueError, match="start 0.9 must not exceed end 0.5"):
-        GradualPruningConfig(total_steps=10, start=0.9, end=0.5)
+    with pytest.raises(ValueError, match="start_fraction 0.9 must not exceed end_fraction 0.5"):
+        GradualPruningConfig(total_steps=10, start_fraction=0.9, end_fraction=0.5)

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from rlq.compress.gst import GSTAction, check_positive_int
+from rlq.compress.gst import GSTAction, check_positive_int, fraction_step
 from rlq.compress.layers import Networks
 from rlq.compress.pruning import SCOPES, check_sparsity, gradual_sparsity, magnitude_prune_
 
@@ -26,9 +26,9 @@ class GradualPruningConfig:
     """Steps of the whole run (optimizer steps, or environment steps for RL)."""
     final_sparsity: float = 0.8
     """Sparsity of the eligible layers at the end of the ramp (Zhu & Gupta's s_f)."""
-    start: float = 0.2
+    start_fraction: float = 0.2
     """Fraction of training at which pruning starts (t0; 20% is the common RL setting)."""
-    end: float = 0.8
+    end_fraction: float = 0.8
     """Fraction of training at which the final sparsity is reached (t1; 80%)."""
     prune_every: int | None = None
     """Steps between two mask updates (Δt); None: 1% of ``t1 - t0``."""
@@ -45,12 +45,14 @@ class GradualPruningConfig:
 
     def __post_init__(self) -> None:
         check_positive_int("total_steps", self.total_steps)
-        for name in ("start", "end"):
+        for name in ("start_fraction", "end_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-        if self.start > self.end:
-            raise ValueError(f"start {self.start} must not exceed end {self.end}")
+        if self.start_fraction > self.end_fraction:
+            raise ValueError(
+                f"start_fraction {self.start_fraction} must not exceed end_fraction {self.end_fraction}"
+            )
         check_sparsity(self.final_sparsity, "final_sparsity")
         check_sparsity(self.initial_sparsity, "initial_sparsity")
         if self.initial_sparsity > self.final_sparsity:
@@ -80,17 +82,17 @@ class GradualPruning:
     def step_of(self, fraction: float) -> int:
         """Return the step at ``fraction`` of training (of the steps from ``start_step`` to the end)."""
         start = min(self.config.start_step, self.config.total_steps)
-        return start + int(round(fraction * (self.config.total_steps - start)))
+        return fraction_step(fraction, self.config.total_steps, start)
 
     @property
     def start_step(self) -> int:
         """Return ``t0``, the step at which pruning starts."""
-        return self.step_of(self.config.start)
+        return self.step_of(self.config.start_fraction)
 
     @property
     def end_step(self) -> int:
         """Return ``t1``, the step at which the final sparsity is reached."""
-        return self.step_of(self.config.end)
+        return self.step_of(self.config.end_fraction)
 
     @property
     def every(self) -> int:

@@ -58,6 +58,11 @@ def check_positive_int(name: str, value: Any) -> int:
     return value
 
 
+def fraction_step(fraction: float, total_steps: int, start_step: int = 0) -> int:
+    """Return the step at ``fraction`` of the training steps ``[start_step, total_steps)``."""
+    return start_step + int(round(fraction * (total_steps - start_step)))
+
+
 @dataclass
 class GSTConfig:
     """Every knob of :class:`GSTSchedule` (fractions are of the training steps ``[start_step, total_steps)``)."""
@@ -129,7 +134,7 @@ class GSTConfig:
 
     def step_of(self, fraction: float) -> int:
         """Return the step at ``fraction`` of training (of the updates from ``start_step`` to the end)."""
-        return self.start_step + int(round(fraction * (self.total_steps - self.start_step)))
+        return fraction_step(fraction, self.total_steps, self.start_step)
 
 
 @dataclass

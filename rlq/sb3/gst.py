@@ -48,7 +48,7 @@ import math
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -814,30 +814,21 @@ class GradualPruningCallback(CompressionCallback):
         verbose: int = 0,
     ):
         super().__init__(skip_first_last, reward_window, log_every, cache_rollouts, verbose)
-        for name, value in (("start_fraction", start_fraction), ("end_fraction", end_fraction)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-        if start_fraction > end_fraction:
-            raise ValueError(f"start_fraction {start_fraction} must not exceed end_fraction {end_fraction}")
         if update_every is not None:
             check_positive_int("update_every", update_every)
-        self._settings = dict(
+        # validated now, not at the first step; total_steps and start_step are known when training starts
+        self._settings = GradualPruningConfig(
+            total_steps=1,
             final_sparsity=final_sparsity,
-            start=start_fraction,
-            end=end_fraction,
+            start_fraction=start_fraction,
+            end_fraction=end_fraction,
             prune_every=update_every,
             initial_sparsity=initial_sparsity,
-            scope=scope,
             skip_first_last=skip_first_last,
+            scope=scope,
         )
-        GradualPruningConfig(
-            total_steps=1, **self._settings
-        )  # validate everything now, not at the first step
         if total_steps is not None:
             self.total_steps = check_positive_int("total_steps", total_steps)
-        self.final_sparsity, self.initial_sparsity = float(final_sparsity), float(initial_sparsity)
-        self.start_fraction, self.end_fraction = float(start_fraction), float(end_fraction)
-        self.scope = scope
         self.schedule: GradualPruning | None = None
         self.applied_sparsity = 0.0
         self.pruned = False
@@ -868,12 +859,7 @@ class GradualPruningCallback(CompressionCallback):
 
     def _setup(self) -> None:
         self.schedule = GradualPruning(
-            GradualPruningConfig(
-                total_steps=int(self.total_steps),
-                start_step=self.start_step,
-                networks="whole",
-                **self._settings,
-            )
+            replace(self._settings, total_steps=int(self.total_steps), start_step=self.start_step)
         )
         if not self._require_layers().eligible:
             raise ValueError(
@@ -889,7 +875,7 @@ class GradualPruningCallback(CompressionCallback):
         if self.pruned and target == self.applied_sparsity:
             return False
         with self._changing_structure():
-            names = self._prune_(target, self.scope)
+            names = self._prune_(target, self._settings.scope)
         self.applied_sparsity, self.pruned = target, True
         self._record_event("prune", names, sparsity=target)
         self._log("prune")
@@ -900,7 +886,9 @@ class GradualPruningCallback(CompressionCallback):
         return {
             "phase": "pruning" if self.pruned else "dense",
             "block_size": None,
-            "target_sparsity": self.target_sparsity(step) if step >= self.start else self.initial_sparsity,
+            "target_sparsity": self.target_sparsity(step)
+            if step >= self.start
+            else self._settings.initial_sparsity,
             "sparsity": self.applied_sparsity,
             "decision": None,
         }

@@ -109,8 +109,8 @@ def make_schedule(
             GradualPruningConfig(
                 total_steps=total_steps,
                 final_sparsity=final_sparsity,
-                start=prune_start,
-                end=prune_end,
+                start_fraction=prune_start,
+                end_fraction=prune_end,
                 prune_every=steps_per_epoch,
             )
         )
