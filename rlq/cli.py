@@ -93,8 +93,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         if args.preset not in exp.presets:
             lines.append(f"{exp.name}: skipped (no preset {args.preset!r})")
             continue
-        if exp.missing():
-            needs = "; ".join(f"{m}: {how}" for m, how in exp.missing().items())
+        missing = exp.missing()
+        if missing:
+            needs = "; ".join(f"{m}: {how}" for m, how in missing.items())
             lines.append(f"{exp.name}: skipped (needs {needs})")
             continue
         print(f"rlq: running {exp.name} at preset {args.preset}", file=sys.stderr)
