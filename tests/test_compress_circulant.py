@@ -7,6 +7,7 @@ import torch
 
 from rlq.compress import (
     choose_forward_path,
+    circulant,
     circulant_matmul_fft,
     circulant_projection,
     clear_forward_path_cache,
@@ -69,14 +70,23 @@ EXPAND_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("shape", EXPAND_SHAPES)  # both expansion paths: B <= 4 by slices, larger by a gather
-def test_expand_matches_the_index_definition(shape):
+@pytest.fixture(params=["index map", "copies"])
+def expansion_path(request, monkeypatch):
+    """Run a test through the cached index map (the default) and through the strided-copy path."""
+    if request.param == "copies":  # every weight counts as too large for an index map
+        monkeypatch.setattr(circulant, "INDEX_EXPANSION_MAX_NUMEL", 0)
+    return request.param
+
+
+# the copy path has two branches itself: B <= 4 by slices, larger by a gather
+@pytest.mark.parametrize("shape", EXPAND_SHAPES)
+def test_expand_matches_the_index_definition(shape, expansion_path):
     vectors = torch.randn(shape)
     assert torch.equal(expand_circulant(vectors), expand_by_loops(vectors))
 
 
 @pytest.mark.parametrize("shape", EXPAND_SHAPES)
-def test_expand_gradient_sums_each_cyclic_diagonal(shape):
+def test_expand_gradient_sums_each_cyclic_diagonal(shape, expansion_path):
     # expand_circulant has its own backward; the gradient must equal autograd through the loop definition
     vectors = torch.randn(shape, requires_grad=True)
     upstream = torch.randn(shape[0] * shape[2], shape[1] * shape[2], *shape[3:])

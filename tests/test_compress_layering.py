@@ -12,6 +12,7 @@ STANDARD_LIBRARY = {
     "__future__",
     "collections",
     "copy",
+    "functools",
     "dataclasses",
     "itertools",
     "math",

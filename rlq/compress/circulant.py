@@ -13,6 +13,8 @@ is an independent block-circulant matrix over (out_channels, in_channels).
 
 from __future__ import annotations
 
+import functools
+import math
 import statistics
 import time
 
@@ -48,11 +50,43 @@ def expand_circulant(vectors: Tensor) -> Tensor:
     return _expand(vectors)
 
 
+INDEX_EXPANSION_MAX_NUMEL = 1 << 22
+"""Largest dense weight (in entries) expanded through a cached index map; larger ones use strided copies.
+
+An index map costs 8 bytes per dense entry (32 MiB at this bound), so layers above it (AlexNet's 9216x4096
+classifier) are expanded by :func:`_expand_by_copies` instead, which needs no extra memory.
+"""
+
+
+def _expand(vectors: Tensor) -> Tensor:
+    n_out, n_in, b = vectors.shape[:3]
+    shape = (n_out * b, n_in * b, *vectors.shape[3:])
+    if vectors.numel() * b > INDEX_EXPANSION_MAX_NUMEL:
+        return _expand_by_copies(vectors)
+    # One gather through a cached map from dense entries to vector entries: on CPU 2.3x faster than the
+    # strided copies below at 400x300, B = 4 (66 against 153 us), and one op instead of 2B.
+    index = _expansion_index(tuple(vectors.shape), vectors.device)
+    return vectors.reshape(-1).index_select(0, index).view(shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _expansion_index(shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """Return, for every entry of the dense weight (flattened), the flat index of its B-vector entry."""
+    positions = torch.arange(math.prod(shape), dtype=torch.int64).view(shape)
+    return _expand_by_copies(positions).reshape(-1).to(device)
+
+
+def clear_expansion_index_cache() -> None:
+    """Forget the index maps cached for expanding B-vectors (they are rebuilt on the next use)."""
+    _expansion_index.cache_clear()
+
+
 SLICE_EXPANSION_MAX_BLOCK = 4
 """Largest B expanded by slice copies; larger blocks use one gather (each measured faster there, on CPU)."""
 
 
-def _expand(vectors: Tensor) -> Tensor:
+def _expand_by_copies(vectors: Tensor) -> Tensor:
+    """Return the dense expansion built by strided copies, with no index map (any dtype, any size)."""
     n_out, n_in, b = vectors.shape[:3]
     kernel = vectors.shape[3:]
     if b <= SLICE_EXPANSION_MAX_BLOCK:
@@ -82,10 +116,25 @@ def _expand(vectors: Tensor) -> Tensor:
 def _cyclic_diagonal_sums(grad: Tensor, block_size: int) -> Tensor:
     """Return ``g[i, j, d, ...] = sum_r grad[i*B + r, j*B + (r - d) mod B, ...]``: the B-vectors' gradient.
 
+    The adjoint of :func:`_expand`: with the same index map, one ``index_add_`` of the dense gradient into
+    the vector entries (on CPU 1.25x faster than the slice sums of :func:`_cyclic_diagonal_sums_by_slices`
+    at 400x300, B = 4); above :data:`INDEX_EXPANSION_MAX_NUMEL` entries the slice sums are used.
+    """
+    b = block_size
+    vector_shape = (grad.shape[0] // b, grad.shape[1] // b, b, *grad.shape[2:])
+    if grad.numel() > INDEX_EXPANSION_MAX_NUMEL:
+        return _cyclic_diagonal_sums_by_slices(grad, b)
+    index = _expansion_index(vector_shape, grad.device)
+    sums = grad.new_zeros(grad.numel() // b)
+    return sums.index_add_(0, index, grad.reshape(-1)).view(vector_shape)
+
+
+def _cyclic_diagonal_sums_by_slices(grad: Tensor, block_size: int) -> Tensor:
+    """Return the same sums as :func:`_cyclic_diagonal_sums` by 2B strided slice additions, with no index map.
+
     In reversed order ``e = B - 1 - d`` the column is ``(r + 1 + e) mod B``, which increases with e: row r
     adds two contiguous column slices of its block, so the sum is 2B strided slice additions on views of
-    ``grad`` and one small flip, with no copy of ``grad`` (autograd through the forward's unfold and
-    index_select fills and scatters into zeros instead, about 1.3x slower).
+    ``grad`` and one small flip, with no copy of ``grad``.
     """
     b = block_size
     n_out, n_in = grad.shape[0] // b, grad.shape[1] // b
