@@ -20,7 +20,8 @@ from rlq.compress import (
 )
 from rlq.compress.block_circulant import stored_target
 from rlq.compress.circulant import is_block_circulant_matrix
-from rlq.compress.masks import mask_of
+from rlq.compress.masks import mask_of, stored_tensor
+from rlq.compress.optimizer_state import SECOND_MOMENT_KEYS
 from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
 from rlq.sb3.gst import (
     HISTORY_COLUMNS,
@@ -113,6 +114,28 @@ def assert_optimizers_hold_live_parameters(model):
                         assert value.shape == p.shape
 
 
+def assert_masked_state_parked(model, callback):
+    """Masked entries' optimizer state is parked: first moments 0, second moments positive (not 0)."""
+    checked = 0
+    for name, online, _ in twins(model, callback):
+        mask = mask_of(*stored_target(online))
+        if mask is None:
+            continue
+        param = stored_tensor(*stored_target(online))
+        state = next((opt.state[param] for opt in optimizers(model.policy) if opt.state.get(param)), None)
+        if state is None:
+            continue
+        masked = mask == 0
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.shape == param.shape:
+                if key in SECOND_MOMENT_KEYS:
+                    assert (value[masked] > 0).all(), f"{name}: {key} of masked entries reached 0"
+                else:
+                    assert (value[masked] == 0).all(), f"{name}: {key} of masked entries is not 0"
+                checked += 1
+    assert checked > 0
+
+
 @pytest.mark.parametrize("algo", ALGORITHMS)
 def test_gst_through_training_of_every_algorithm(algo):
     env_id, hyper = tiny(algo)
@@ -140,6 +163,7 @@ def test_gst_through_training_of_every_algorithm(algo):
             assert torch.all((values * mask)[mask == 0] == 0)
     assert_targets_mirror_online(model, callback)
     assert_optimizers_hold_live_parameters(model)
+    assert_masked_state_parked(model, callback)
 
     history = callback.history
     assert list(history.columns) == HISTORY_COLUMNS
@@ -244,6 +268,7 @@ def test_gradual_pruning_follows_zhu_and_gupta():
     for _, online, _ in twins(model, callback):
         assert sparsity_of(online) == pytest.approx(0.8, abs=0.01)
     assert_targets_mirror_online(model, callback)
+    assert_masked_state_parked(model, callback)
     # about 0.65 * s_f over the layers it prunes, between t0 and the end, by the history's steps
     covered = callback.covered_fraction
     assert callback.average_compression_ratio(start_step=0) == pytest.approx(

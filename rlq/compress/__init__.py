@@ -39,7 +39,6 @@ from rlq.compress.layers import (
     classify_layers,
     eligible_layers,
     find_networks,
-    reset_optimizer_state_,
 )
 from rlq.compress.measures import (
     average_compression_ratio,
@@ -48,6 +47,7 @@ from rlq.compress.measures import (
     layer_report,
     weight_bytes_per_update,
 )
+from rlq.compress.optimizer_state import park_masked_state_, reset_optimizer_state_
 from rlq.compress.pruning import gradual_sparsity, is_pruned, magnitude_prune_, remove_pruning_, sparsity_of
 from rlq.compress.reward_aware import RewardAwareConfig, RewardAwareSparsity
 from rlq.compress.state import compression_structure, load_compressed_state_dict_
@@ -96,6 +96,7 @@ __all__ = [
     "parameter_shift",
     "remove_block_circulant_",
     "remove_pruning_",
+    "park_masked_state_",
     "reset_optimizer_state_",
     "residue_permutation",
     "set_forward_path_",

@@ -42,7 +42,8 @@ from torch import nn
 
 from rlq.compress.block_circulant import block_circulant_, remove_block_circulant_
 from rlq.compress.circulant import check_block_size
-from rlq.compress.layers import CompressionReport, Networks, reset_optimizer_state_
+from rlq.compress.layers import CompressionReport, Networks
+from rlq.compress.optimizer_state import reset_optimizer_state_
 from rlq.compress.pruning import SCOPES, magnitude_prune_
 from rlq.compress.reward_aware import RewardAwareConfig, RewardAwareSparsity
 from rlq.compress.transitions import transition_exact_, transition_projection_

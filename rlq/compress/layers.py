@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import torch
 from torch import nn
 
 #: Layers whose weight rlq.compress can make block-circulant or prune.
@@ -166,24 +165,3 @@ def dense_weight_numel(layer: nn.Module) -> int:
     if isinstance(layer, nn.modules.conv._ConvNd):
         return layer.out_channels * (layer.in_channels // layer.groups) * math.prod(layer.kernel_size)
     raise TypeError(f"not a Linear or convolution layer: {type(layer).__name__}")
-
-
-def reset_optimizer_state_(
-    optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor] | None = None
-) -> int:
-    """Return how many parameters' optimizer state (Adam moments...) was dropped; all if ``params`` is None.
-
-    Every transform in rlq.compress keeps each Parameter object (parametrize and prune move tensors in
-    place), so an optimizer built earlier still updates the right tensors. But its per-parameter state was
-    built for the old shape or layout: call this after a structural change (block-circulant on or off,
-    a block-size transition, a hidden-unit permutation), as the next ``step`` would otherwise fail or
-    apply stale moments.
-    """
-    targets = None if params is None else {id(p) for p in params}
-    dropped = 0
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if (targets is None or id(p) in targets) and p in optimizer.state:
-                del optimizer.state[p]
-                dropped += 1
-    return dropped
