@@ -87,7 +87,7 @@ from rlq.compress.gst import check_positive_int
 from rlq.compress.layers import dense_weight_numel
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_tensor
 from rlq.compress.measures import stored_weight_count
-from rlq.sb3.networks import layer_chains, optimizers, refresh_optimizers, target_pairs
+from rlq.sb3.networks import chain_ends, layer_chains, optimizers, refresh_optimizers, target_pairs
 
 HISTORY_COLUMNS = [
     "step",
@@ -185,11 +185,7 @@ def policy_layers(policy: nn.Module, skip_first_last: bool = True) -> PolicyLaye
     for layer_names in chains.values():
         for name in layer_names:
             online.setdefault(name, modules[name])
-    ends: dict[str, str] = {}
-    if skip_first_last:
-        for chain_name, layer_names in chains.items():
-            ends.setdefault(layer_names[0], f"first layer of chain {chain_name!r} (kept dense)")
-            ends.setdefault(layer_names[-1], f"last layer of chain {chain_name!r} (kept dense)")
+    ends = chain_ends(chains) if skip_first_last else {}
     eligible = [name for name in online if name not in ends]
     twin_of = {}
     for online_prefix, target_prefix in pairs:

@@ -8,12 +8,14 @@ the first or the last of some chain.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
 
 WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+T = TypeVar("T")
 
 
 def weight_layers(module: nn.Module | None) -> list[nn.Module]:
@@ -70,12 +72,25 @@ def layer_chains(policy: nn.Module) -> dict[str, list[nn.Module]]:
     return chains
 
 
+def chain_ends(chains: Mapping[str, Sequence[T]]) -> dict[T, str]:
+    """Return every layer that is the first or the last of some chain, with why it stays dense.
+
+    Layers are modules or names; a layer that ends several chains keeps the reason of the first one.
+    """
+    ends: dict[T, str] = {}
+    for chain_name, layers in chains.items():
+        if layers:
+            ends.setdefault(layers[0], f"first layer of chain {chain_name!r} (kept dense)")
+            ends.setdefault(layers[-1], f"last layer of chain {chain_name!r} (kept dense)")
+    return ends
+
+
 def named_layers(policy: nn.Module, skip_first_last: bool = True) -> dict[str, nn.Module]:
     """Return ``{qualified name: layer}`` of the policy's weight layers, without chain ends if asked."""
     chains = layer_chains(policy)
-    ends = {id(c[i]) for c in chains.values() if c for i in (0, -1)} if skip_first_last else set()
-    wanted = {id(layer) for chain in chains.values() for layer in chain} - ends
-    return {name: m for name, m in policy.named_modules() if id(m) in wanted}
+    ends = chain_ends(chains) if skip_first_last else {}
+    wanted = {layer for chain in chains.values() for layer in chain if layer not in ends}
+    return {name: m for name, m in policy.named_modules() if m in wanted}
 
 
 def target_pairs(policy: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
