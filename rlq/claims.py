@@ -95,6 +95,15 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "gst",
+        "a2c_atari",
+        "reward_drop",
+        "gst_a2c_atari",
+        _get("reward_drop_beyond_seed_noise_pct"),
+        lambda ours, paper: ours <= paper,
+        "GST's score drop vs dense (%) beyond one pooled standard deviation over seeds <= paper's 0",
+    ),
+    Claim(
+        "gst",
         "ppo_football",
         "avg_compression_ratio",
         "gst_ppo_football",
