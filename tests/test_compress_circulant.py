@@ -70,11 +70,15 @@ EXPAND_SHAPES = [
 ]
 
 
-@pytest.fixture(params=["index map", "copies"])
+@pytest.fixture(params=["default", "index map", "copies"])
 def expansion_path(request, monkeypatch):
-    """Run a test through the cached index map (the default) and through the strided-copy path."""
-    if request.param == "copies":  # every weight counts as too large for an index map
+    """Run a test with the measured choice of paths, with the index map for every B, and with no index map."""
+    if request.param == "index map":
+        monkeypatch.setattr(circulant, "INDEX_EXPANSION_MAX_BLOCK", 10**6)
+        monkeypatch.setattr(circulant, "INDEX_BACKWARD_MIN_BLOCK", 1)
+    elif request.param == "copies":  # every weight counts as too large for an index map
         monkeypatch.setattr(circulant, "INDEX_EXPANSION_MAX_NUMEL", 0)
+        monkeypatch.setattr(circulant, "INDEX_BACKWARD_MAX_NUMEL", 0)
     return request.param
 
 

@@ -56,15 +56,25 @@ INDEX_EXPANSION_MAX_NUMEL = 1 << 22
 An index map costs 8 bytes per dense entry (32 MiB at this bound), so layers above it (AlexNet's 9216x4096
 classifier) are expanded by :func:`_expand_by_copies` instead, which needs no extra memory.
 """
+INDEX_EXPANSION_MAX_BLOCK = 8
+"""Largest B expanded through the index map. Measured on CPU (one thread, 256 to 2048 wide): the map is
+1.3x to 2.5x faster than the copy paths for B = 2 to 8 (400x300, B = 4: 69 against 151 us), but for
+B >= 16 the windowed gather of :func:`_expand_by_copies` is as fast at 256 wide and 1.5x to 2x faster
+from 512 wide."""
+INDEX_BACKWARD_MIN_BLOCK = 4
+INDEX_BACKWARD_MAX_NUMEL = 1 << 18
+"""The backward sums cyclic diagonals with one ``index_add_`` when B >= INDEX_BACKWARD_MIN_BLOCK and the
+weight has at most this many entries (512x512), else by slice additions. Measured as above: index_add is
+1.2x to 3.6x faster for B = 4 to 16 at 256 wide (400x300, B = 4: 142 against 171 us) and as fast at 512
+wide, but slower for B = 2 at every size and for every B from 768 wide."""
 
 
 def _expand(vectors: Tensor) -> Tensor:
     n_out, n_in, b = vectors.shape[:3]
     shape = (n_out * b, n_in * b, *vectors.shape[3:])
-    if vectors.numel() * b > INDEX_EXPANSION_MAX_NUMEL:
+    if b > INDEX_EXPANSION_MAX_BLOCK or vectors.numel() * b > INDEX_EXPANSION_MAX_NUMEL:
         return _expand_by_copies(vectors)
-    # One gather through a cached map from dense entries to vector entries: on CPU 2.3x faster than the
-    # strided copies below at 400x300, B = 4 (66 against 153 us), and one op instead of 2B.
+    # One gather through a cached map from dense entries to vector entries, one op instead of 2B
     index = _expansion_index(tuple(vectors.shape), vectors.device)
     return vectors.reshape(-1).index_select(0, index).view(shape)
 
@@ -117,12 +127,12 @@ def _cyclic_diagonal_sums(grad: Tensor, block_size: int) -> Tensor:
     """Return ``g[i, j, d, ...] = sum_r grad[i*B + r, j*B + (r - d) mod B, ...]``: the B-vectors' gradient.
 
     The adjoint of :func:`_expand`: with the same index map, one ``index_add_`` of the dense gradient into
-    the vector entries (on CPU 1.25x faster than the slice sums of :func:`_cyclic_diagonal_sums_by_slices`
-    at 400x300, B = 4); above :data:`INDEX_EXPANSION_MAX_NUMEL` entries the slice sums are used.
+    the vector entries, or the slice sums of :func:`_cyclic_diagonal_sums_by_slices`, whichever measured
+    faster for this B and size (see :data:`INDEX_BACKWARD_MAX_NUMEL`).
     """
     b = block_size
     vector_shape = (grad.shape[0] // b, grad.shape[1] // b, b, *grad.shape[2:])
-    if grad.numel() > INDEX_EXPANSION_MAX_NUMEL:
+    if b < INDEX_BACKWARD_MIN_BLOCK or grad.numel() > INDEX_BACKWARD_MAX_NUMEL:
         return _cyclic_diagonal_sums_by_slices(grad, b)
     index = _expansion_index(vector_shape, grad.device)
     sums = grad.new_zeros(grad.numel() // b)
