@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from stable_baselines3 import SAC, TD3
@@ -29,6 +30,7 @@ from rlq.sb3.gst import (
     GradualPruningCallback,
     GSTCallback,
     policy_layers,
+    train_and_evaluate_all,
     train_compressed,
 )
 from rlq.sb3.networks import optimizers
@@ -417,3 +419,41 @@ def test_bad_input_is_rejected_with_clear_errors():
         shallow.learn(10, callback=GSTCallback(total_steps=100))
     with pytest.raises(ValueError, match="saved by"):
         GSTCallback().load_state_dict(CompressionCallback().state_dict())
+
+
+def test_train_and_evaluate_all_stacks_every_runs_tables_and_writes_them(tmp_path):
+    env_id, hyper = tiny("PPO")
+    jobs = [
+        dict(
+            method=method, algo="PPO", env_id=env_id, total_timesteps=64, seed=seed, eval_episodes=1,
+            keys={"seed": seed, "method": method}, hyperparams=hyper, log_every=16,
+            gst=gst_settings(total=64, transition_method="projection"),
+        )
+        for seed in (0, 1) for method in ("dense", "gst")
+    ]  # fmt: skip
+    finished = []
+    results, tables = train_and_evaluate_all(
+        jobs, out=tmp_path, on_result=lambda i, r: finished.append(i), tables=("summary", "history", "events")
+    )
+    assert sorted(finished) == [0, 1, 2, 3] and set(tables) == {"summary", "history", "events"}
+    summary = tables["summary"]
+    assert summary[["seed", "method"]].values.tolist() == [[0, "dense"], [0, "gst"], [1, "dense"], [1, "gst"]]
+    assert summary["eval_return"].notna().all()
+    gst_rows = summary["method"] == "gst"
+    assert (summary.loc[gst_rows, "avg_compression_ratio"] > 0).all()
+    assert (summary.loc[~gst_rows, "avg_compression_ratio"] == 0).all()
+    history = tables["history"]
+    assert len(history) == sum(len(r["history"]) for r in results)  # every run's rows, each with its keys
+    for (seed, method), rows in history.groupby(["seed", "method"]):
+        one = next(
+            r["history"] for r in results if r["summary"]["seed"] == seed and r["summary"]["method"] == method
+        )
+        assert rows["compression_ratio"].tolist() == one["compression_ratio"].tolist()
+    written = sorted(p.name for p in tmp_path.glob("*.csv"))
+    assert written == ["events.csv", "history.csv", "summary.csv"]
+    on_disk = pd.read_csv(tmp_path / "summary.csv")
+    assert on_disk["avg_compression_ratio"].tolist() == pytest.approx(
+        summary["avg_compression_ratio"].tolist()
+    )
+    with pytest.raises(ValueError, match="unknown table"):
+        train_and_evaluate_all(jobs, tables=("summary", "rewards"))

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -87,6 +87,7 @@ from rlq.compress.gst import check_positive_int
 from rlq.compress.layers import dense_weight_numel
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_tensor
 from rlq.compress.measures import stored_weight_count
+from rlq.parallel import run_jobs
 from rlq.sb3.networks import chain_ends, layer_chains, optimizers, refresh_optimizers, target_pairs
 
 HISTORY_COLUMNS = [
@@ -1115,3 +1116,41 @@ def train_and_evaluate(
         "events": run.callback.events.assign(**keys),
         "layers": run.callback.layer_report().assign(**keys),
     }
+
+
+RUN_TABLES = ("summary", "history", "curve", "events")
+"""Tables :func:`train_and_evaluate_all` gathers over runs and writes as CSV (``layers`` stays per run)."""
+
+
+def train_and_evaluate_all(
+    jobs: Sequence[dict[str, Any]],
+    *,
+    workers: int = 1,
+    out: str | Path | None = None,
+    on_result: Callable[[int, dict[str, Any]], None] | None = None,
+    tables: Sequence[str] = RUN_TABLES,
+) -> tuple[list[dict[str, Any]], dict[str, pd.DataFrame]]:
+    """Return every run's result and the runs' tables stacked (:data:`RUN_TABLES`), after training them all.
+
+    Runs :func:`train_and_evaluate` on each job (keyword arguments) in ``workers`` processes through
+    :func:`rlq.parallel.run_jobs`, calling ``on_result(index, result)`` as each finishes. ``summary`` has
+    one row per run; the other tables stack every run's rows (each carries its job's ``keys`` columns).
+    ``tables`` picks which of them to gather. With ``out``, each is also written to ``out/<name>.csv``:
+    the top-level CSVs of a run folder are what ``rlq publish`` commits.
+    """
+    unknown = sorted(set(tables) - set(RUN_TABLES))
+    if unknown:
+        raise ValueError(f"unknown table(s) {unknown}; the tables of a run are {list(RUN_TABLES)}")
+    results = run_jobs(train_and_evaluate, jobs, workers=workers, on_result=on_result)
+    stacked: dict[str, pd.DataFrame] = {}
+    for name in tables:
+        if name == "summary":
+            stacked[name] = pd.DataFrame([r["summary"] for r in results])
+        else:
+            stacked[name] = (
+                pd.concat([r[name] for r in results], ignore_index=True) if results else pd.DataFrame()
+            )
+    if out is not None:
+        for name, table in stacked.items():
+            table.to_csv(Path(out) / f"{name}.csv", index=False)
+    return results, stacked
