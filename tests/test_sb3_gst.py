@@ -297,6 +297,20 @@ def test_gst_fractions_count_from_learning_starts():
     )
 
 
+def test_masked_state_is_parked_again_after_a_transition_resets_the_optimizers():
+    # B-vectors are pruned at step 200 (Pendulum's first episode ends there), the B 4 -> 2 transition at
+    # 240 drops all optimizer state, and no pruning update follows before 290: only parking after the
+    # reset keeps the masked entries' second moments off zero
+    env_id, hyper = tiny("TD3")
+    model = make_model("TD3", env_id, seed=0, hyperparams=hyper)
+    settings = gst_settings(block_schedule=((0.0, 4), (0.6, 2)), bc_end=0.8, s_shift=0.0, prune_every=100)
+    callback = GSTCallback(**settings, log_every=50)
+    model.learn(290, callback=callback)
+    steps = callback.events.set_index("kind")["step"]
+    assert steps["prune"] < steps["transition"] and steps["transition"] + callback.park_every > 290
+    assert_masked_state_parked(model, callback)
+
+
 def test_dense_recorder_compresses_nothing():
     env_id, hyper = tiny("PPO")
     model = make_model("PPO", env_id, seed=0, hyperparams=hyper)

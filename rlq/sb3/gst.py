@@ -507,8 +507,9 @@ class CompressionCallback(BaseCallback):
     def _prune_(self, sparsity: float, scope: str) -> list[str]:
         """Prune the eligible online layers to ``sparsity`` by magnitude and give targets the same masks."""
         layers = self._require_layers()
-        previous = {name: self._mask_of(name) for name in layers.eligible}
-        previous = {name: mask.clone() for name, mask in previous.items() if mask is not None}
+        previous = {
+            name: mask.clone() for name in layers.eligible if (mask := self._mask_of(name)) is not None
+        }
         report = magnitude_prune_(self.model.policy, sparsity, scope=scope, layers=layers.eligible)
         self._mirror_targets_()
         self._park_masked_state_(previous)
@@ -566,6 +567,7 @@ class CompressionCallback(BaseCallback):
         for optimizer in optimizers(policy):
             reset_optimizer_state_(optimizer)
         refresh_optimizers(policy)
+        self._park_pending = True  # masked entries' fresh state starts at 0: park it once it exists
 
     # ---- checkpoints
 
