@@ -22,8 +22,8 @@ import torch
 
 from rlq.actorq import ActorQConfig, PolicyArchitecture, PolicyNet, encode_policy, train
 from rlq.actorq.actor import ActorWorker, LocalPolicyStore
-from rlq.envs import make_env
 from rlq.quant.latency import torch_threads
+from rlq.rl.envs import make_env
 
 ENGINES = [  # (actor precision, backend, broadcast precision)
     ("fp32", "torch", "fp32"),

@@ -11,7 +11,7 @@ that load from other processes hits every method alike. Methods:
   of actor, critics and targets): every forward expands the B-vectors to a dense weight. This is GST's
   most expensive phase.
 - ``gst_pruned``: GST after its hand-over (dense weights, 75% masked), the phase GST ends in.
-- ``pruning``: :class:`rlq.sb3.gst.GradualPruningCallback` with its final 90% masks applied from the
+- ``pruning``: :class:`rlq.sb3.pruning.GradualPruningCallback` with its final 90% masks applied from the
   start (a masked weight is recomputed as ``weight_orig * weight_mask`` at every forward).
 
 Prints steps/s per method (total over the rounds) and, per method, the median over rounds of its speed
@@ -27,8 +27,10 @@ import time
 
 import torch
 
-from rlq.agents import make_model
-from rlq.sb3.gst import CompressionCallback, GradualPruningCallback, GSTCallback
+from rlq.rl.agents import make_model
+from rlq.sb3.compression import CompressionCallback
+from rlq.sb3.gst import GSTCallback
+from rlq.sb3.pruning import GradualPruningCallback
 
 ENV_ID = "HalfCheetah-v5"
 HUGE = 10**9  # a schedule this long never leaves its first phase during the benchmark

@@ -5,7 +5,14 @@ The package holds the implementations and the few helpers that the experiment no
 that ``import rlq`` stays cheap.
 """
 
-from rlq.runs import record
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["record", "__version__"]
+
+
+def record(**numbers: Any) -> dict[str, Any]:
+    """Return the numbers recorded into this run folder's ``results.json`` (see :func:`rlq.experiments.runs.record`)."""
+    from rlq.experiments.runs import record as record_in_run_folder
+
+    return record_in_run_folder(**numbers)

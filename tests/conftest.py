@@ -61,7 +61,7 @@ def run_cli(
     """Return the completed ``rlq`` command run in a fresh interpreter (real exit codes and streams)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "rlq.cli", *args],
+        [sys.executable, "-m", "rlq.faces.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd,

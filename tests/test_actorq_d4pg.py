@@ -41,8 +41,8 @@ def test_projection_terminal_and_mass():
 
 
 def test_d4pg_trains_saves_and_loads(tmp_path):
-    from rlq.agents import quiet_logger
-    from rlq.envs import make_vec_env
+    from rlq.rl.agents import quiet_logger
+    from rlq.rl.envs import make_vec_env
 
     env = make_vec_env("Pendulum-v1", n_envs=1, seed=0)
     model = D4PG("MlpPolicy", env, n_steps=3, n_atoms=21, v_min=-20, v_max=0, learning_starts=50,

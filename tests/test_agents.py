@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from rlq.agents import ALGORITHM_NAMES, latest_checkpoint, make_model, train_agent
+from rlq.rl.agents import ALGORITHM_NAMES, latest_checkpoint, make_model, train_agent
 
 TINY = {"policy_kwargs": {"net_arch": [8]}}
 ON_POLICY = {"n_steps": 32, **TINY}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlq.compare import reward_drop_vs_dense
+from rlq.experiments.compare import reward_drop_vs_dense
 
 
 def test_drop_beyond_pooled_seed_noise_by_hand():

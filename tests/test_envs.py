@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlq.envs import FAMILIES, make_env, make_vec_env
+from rlq.rl.envs import FAMILIES, make_env, make_vec_env
 
 
 @pytest.mark.parametrize(

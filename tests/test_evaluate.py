@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlq.evaluate import evaluate, random_policy
+from rlq.rl.evaluate import evaluate, random_policy
 
 
 def balance(obs: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from conftest import write_tiny_notebook
-from rlq.experiments import ExperimentError, Parameter, load_experiment, parse_value
+from rlq.experiments.registry import ExperimentError, Parameter, load_experiment, parse_value
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Google Research Football through rlq.envs: creation, engine seeding, truncation, errors.
+"""Google Research Football through rlq.rl.envs: creation, engine seeding, truncation, errors.
 
 Football is optional (``make football``); these tests skip without it, except in CI, where ``.ci/run``
 builds it first and sets RLQ_REQUIRE_FOOTBALL=1 so that a missing install fails instead of skipping.
@@ -12,8 +12,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlq.envs import make_env, make_vec_env
-from rlq.football import FootballEnv, football_available
+from rlq.rl.envs import make_env, make_vec_env
+from rlq.rl.football import FootballEnv, football_available
 
 if not football_available():
     if os.environ.get("RLQ_REQUIRE_FOOTBALL") == "1":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlq.paper import COLUMNS, paper_numbers, paper_value
+from rlq.experiments.paper import COLUMNS, paper_numbers, paper_value
 
 BRIEFS = Path(__file__).resolve().parents[2] / "shared" / "papers"
 

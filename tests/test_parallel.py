@@ -1,4 +1,4 @@
-"""rlq.parallel.run_jobs: results in job order, in this process or in spawned workers, errors propagate."""
+"""rlq.rl.parallel.run_jobs: results in job order, in this process or in spawned workers, errors propagate."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rlq.parallel import run_jobs
+from rlq.rl.parallel import run_jobs
 
 
 def test_in_process_results_follow_job_order_and_report_each():

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from rlq.runs import RUN_DIR_ENV, list_runs, load_run, new_run_dir, record, run_dir
+from rlq.experiments.runs import RUN_DIR_ENV, list_runs, load_run, new_run_dir, record, run_dir
 
 
 def test_new_run_dir_never_reuses_an_existing_folder(tmp_path):
@@ -50,7 +50,7 @@ def test_interactive_run_dir_is_created_once_per_process(tmp_path, monkeypatch):
 
 
 def test_publish_copies_csvs_and_refuses_to_overwrite(tmp_path):
-    from rlq.results import publish
+    from rlq.experiments.results import publish
 
     run = new_run_dir(tmp_path / "runs", "exp")
     (run / "params.json").write_text('{"x": 1}')

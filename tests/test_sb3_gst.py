@@ -9,7 +9,6 @@ import torch
 from stable_baselines3 import SAC, TD3
 from torch.nn.utils import parametrize
 
-from rlq.agents import make_model
 from rlq.compress import (
     GSTConfig,
     block_size_of,
@@ -23,17 +22,13 @@ from rlq.compress.block_circulant import stored_target
 from rlq.compress.circulant import is_block_circulant_matrix
 from rlq.compress.masks import mask_of, stored_tensor
 from rlq.compress.optimizer_state import SECOND_MOMENT_KEYS
+from rlq.experiments.gst import train_and_evaluate_all, train_compressed
+from rlq.rl.agents import make_model
 from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
-from rlq.sb3.gst import (
-    HISTORY_COLUMNS,
-    CompressionCallback,
-    GradualPruningCallback,
-    GSTCallback,
-    policy_layers,
-    train_and_evaluate_all,
-    train_compressed,
-)
-from rlq.sb3.networks import optimizers
+from rlq.sb3.compression import HISTORY_COLUMNS, CompressionCallback
+from rlq.sb3.gst import GSTCallback
+from rlq.sb3.networks import optimizers, policy_layers
+from rlq.sb3.pruning import GradualPruningCallback
 
 ALGORITHMS = ("TD3", "SAC", "DDPG", "A2C", "PPO", "DQN")
 #: rewards never count as a drop: the reward-aware target rises at every update (deterministic tests)

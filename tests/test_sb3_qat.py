@@ -8,9 +8,9 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.nn.utils import parametrize
 
-from rlq.agents import algorithm_class, make_model, train_agent
-from rlq.envs import make_vec_env
 from rlq.quant import WeightFakeQuant, is_qat, set_qat_enabled
+from rlq.rl.agents import algorithm_class, make_model, train_agent
+from rlq.rl.envs import make_vec_env
 from rlq.sb3.networks import layer_chains, optimizers
 from rlq.sb3.qat import QATCallback, convert_policy_qat_, distinct_values, load_qat, qat_layers, save_qat
 from rlq.sb3.quantized import action_network, preprocess_observations, quantized_policy

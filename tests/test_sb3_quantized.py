@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from rlq.agents import make_model
+from rlq.rl.agents import make_model
 from rlq.sb3.quantized import (
     QuantizedPolicy,
     action_network,

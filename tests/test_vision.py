@@ -11,7 +11,7 @@ import torch
 
 from rlq.compress import GSTConfig, GSTSchedule, compression_ratio, covered_fraction, layer_report
 from rlq.compress.layers import classify_layers, covered_fraction_of
-from rlq.paper import paper_numbers
+from rlq.experiments.paper import paper_numbers
 from rlq.vision import (
     CIFAR10_CLASSES,
     GradualPruning,

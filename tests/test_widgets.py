@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlq.agents import train_agent
-from rlq.widgets import SparsityTuner, TunerSettings, compress_policy, model_size_bytes
+from rlq.faces.widgets import SparsityTuner, TunerSettings, compress_policy, model_size_bytes
+from rlq.rl.agents import train_agent
 
 NET = [16, 16]
 

@@ -12,7 +12,7 @@ steps, act with quantized inference and send their transitions to the learner's 
 - :func:`encode_policy` / :func:`decode_policy`: the broadcast wire format at any precision.
 - :func:`measure_engines` / :func:`choose_backend`: actor inference engines (PyTorch, ONNX Runtime) measured.
 
-Builds on ``rlq.quant`` (quantization, latency), ``rlq.agents`` (SB3 models) and ``rlq.envs``; nothing below
+Builds on ``rlq.quant`` (quantization, latency), ``rlq.rl.agents`` (SB3 models) and ``rlq.rl.envs``; nothing below
 imports it. Names load on first use: an actor process imports neither SB3 nor, with ONNX Runtime, PyTorch.
 """
 

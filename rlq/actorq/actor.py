@@ -107,7 +107,7 @@ class ActorWorker:
             import torch
 
             torch.set_num_threads(1)
-        from rlq.envs import make_env
+        from rlq.rl.envs import make_env
 
         self.actor_id, self.arch, self.noise = actor_id, arch, float(noise)
         self.random_steps = int(random_steps)

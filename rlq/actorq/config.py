@@ -42,7 +42,7 @@ class ActorQConfig:
     """
 
     env_id: str = "dm_control/cartpole-balance-v0"
-    """Environment id known to ``rlq.envs`` with a continuous (Box) action space."""
+    """Environment id known to ``rlq.rl.envs`` with a continuous (Box) action space."""
     algorithm: str = "TD3"
     """Learner algorithm: TD3, DDPG, SAC or D4PG (the paper's; n_steps, n_atoms, v_min, v_max via hyperparams)."""
     n_actors: int = 4
@@ -232,7 +232,7 @@ class ActorQConfig:
     def _check_env(self) -> None:
         import gymnasium as gym
 
-        from rlq.envs import check_env_id, make_env
+        from rlq.rl.envs import check_env_id, make_env
 
         try:
             check_env_id(self.env_id)

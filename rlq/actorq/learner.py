@@ -18,8 +18,8 @@ import torch.nn as nn
 
 from rlq.actorq.actor import ChunkResult
 from rlq.actorq.config import IDENTITY_FIELDS, ActorQConfig, ActorQConfigError
-from rlq.agents import algorithm_class, make_model, quiet_logger
-from rlq.runs import read_json, write_json
+from rlq.core.jsonio import read_json, write_json
+from rlq.rl.agents import algorithm_class, make_model, quiet_logger
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ class Learner:
             )
             return cls(model, config.batch_size)
         from rlq.actorq.d4pg import D4PG
-        from rlq.envs import make_vec_env
-        from rlq.seeding import seed_everything
+        from rlq.rl.envs import make_vec_env
+        from rlq.rl.seeding import seed_everything
 
         seed_everything(config.seed)
         env = make_vec_env(config.env_id, n_envs=1, seed=config.seed)

@@ -144,7 +144,7 @@ class Evaluator:
     """
 
     def __init__(self, config: ActorQConfig, arch: PolicyArchitecture, backend: str):
-        from rlq.envs import make_env
+        from rlq.rl.envs import make_env
 
         self.config, self.arch = config, arch
         self.engine = make_engine(arch, config.actor_precision, backend)

@@ -44,7 +44,7 @@ from rlq.compress.layers import (
     covered_fraction_of,
 )
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_tensor
-from rlq.parametrizations import remove_parametrizations_
+from rlq.core.parametrizations import remove_parametrizations_
 
 FORWARD_PATHS = ("dense", "fft", "auto")
 

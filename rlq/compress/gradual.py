@@ -3,7 +3,7 @@
 Paper: Zhu & Gupta, "To prune, or not to prune", arXiv 1710.01878 (https://arxiv.org/abs/1710.01878), eq. 1:
 ``s_t = s_f + (s_i - s_f)(1 - (t - t0)/(t1 - t0))^3`` between ``t0`` and ``t1``, updated every Δt steps.
 :class:`GradualPruning` has :class:`rlq.compress.GSTSchedule`'s interface (``apply_``, ``state_dict``), so a
-training loop runs either; :class:`rlq.sb3.gst.GradualPruningCallback` uses its timeline inside SB3.
+training loop runs either; :class:`rlq.sb3.pruning.GradualPruningCallback` uses its timeline inside SB3.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import Any
 
 from torch import nn
 
-from rlq.compress.gst import GSTAction, check_positive_int, fraction_step
+from rlq.compress.gst import GSTAction, fraction_step
 from rlq.compress.layers import Networks
 from rlq.compress.pruning import SCOPES, check_sparsity, gradual_sparsity, magnitude_prune_
+from rlq.core.validation import check_positive_int
 
 
 @dataclass

@@ -47,16 +47,10 @@ from rlq.compress.optimizer_state import reset_optimizer_state_
 from rlq.compress.pruning import SCOPES, magnitude_prune_
 from rlq.compress.reward_aware import RewardAwareConfig, RewardAwareSparsity
 from rlq.compress.transitions import transition_exact_, transition_projection_
+from rlq.core.validation import check_positive_int
 
 TRANSITION_METHODS = ("exact", "projection")
 HANDOVERS = ("keep_ratio", "exact")
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is a positive int (not a bool), else raise ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def fraction_step(fraction: float, total_steps: int, start_step: int = 0) -> int:

@@ -129,7 +129,7 @@ def fastest_backend(
     """Return the name of the backend in ``candidates`` with the lowest median latency on ``example_input``.
 
     Keyword arguments go to :func:`compare_backends`. The choice is by speed alone: check the int8 policy's
-    return (e.g. with ``rlq.evaluate``) before acting with it.
+    return (e.g. with ``rlq.rl.evaluate``) before acting with it.
     """
     timings = compare_backends(module, example_input, candidates, **kwargs)
     return min(timings, key=lambda name: timings[name]["median_us"])

@@ -6,7 +6,7 @@ import torch.nn as nn
 from torch.nn.modules.conv import _ConvNd
 from torch.nn.utils import parametrize
 
-from rlq.parametrizations import remove_parametrizations_
+from rlq.core.parametrizations import remove_parametrizations_
 
 QUANTIZABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, _ConvNd)
 """Layers whose ``weight`` rlq quantizes: ``nn.Linear`` and every ``nn.ConvNd`` / ``nn.ConvTransposeNd``."""

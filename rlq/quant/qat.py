@@ -15,7 +15,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.nn.utils import parametrize
 
-from rlq.parametrizations import remove_parametrizations_
+from rlq.core.parametrizations import remove_parametrizations_
 from rlq.quant.activations import attach_input_quantizers, input_quantizers
 from rlq.quant.layers import output_channel_axis, quantizable_layers
 from rlq.quant.tensor import check_bits, fake_quantize_ste, integer_range, quantization_params

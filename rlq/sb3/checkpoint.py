@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from rlq.compress import expand_circulant, is_block_circulant, load_compressed_s
 from rlq.compress.block_circulant import circulant_vectors, stored_target
 from rlq.compress.layers import _is_compressible, compressible_layers
 from rlq.compress.masks import mask_of
+from rlq.core.jsonio import json_safe
 
 POLICY_ENTRY = "rlq/policy.pt"
 OPTIMIZER_PREFIX = "rlq/optimizers/"
@@ -98,7 +98,8 @@ def _torch_bytes(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _zip_path(path: str | Path, must_exist: bool) -> Path:
+def zip_path(path: str | Path, must_exist: bool) -> Path:
+    """Return the zip file SB3's ``save(path)`` writes (it adds ``.zip`` to a bare name), checked to exist."""
     path = Path(path)
     if must_exist:
         if path.is_file():
@@ -150,7 +151,7 @@ def save_compressed(model: Any, path: str | Path, callbacks: Sequence[Any] = ())
     ``model.save``); see the module docstring for what it holds. ``callbacks`` are objects with a
     ``checkpoint_key`` and ``state_dict()`` (e.g. :class:`rlq.sb3.gst.GSTCallback`).
     """
-    path = _zip_path(path, must_exist=False)
+    path = zip_path(path, must_exist=False)
     states = _state_of(callbacks)
     params = model.get_parameters()
     policy_optimizers = _policy_optimizer_names(model, [n for n in params if n != "policy"])
@@ -172,7 +173,7 @@ def save_compressed(model: Any, path: str | Path, callbacks: Sequence[Any] = ())
         for name in policy_optimizers:
             dst.writestr(f"{OPTIMIZER_PREFIX}{name}.pt", _torch_bytes(params[name]))
         meta = {"format": FORMAT_VERSION, "compressed": is_compressed(model.policy), "callbacks": states}
-        dst.writestr(STATE_ENTRY, json.dumps(_json_safe(meta), indent=1))
+        dst.writestr(STATE_ENTRY, json.dumps(json_safe(meta), indent=1))
     tmp.replace(path)
     return path
 
@@ -187,7 +188,7 @@ def load_compressed(
     KeyError names a callback the file holds no state for). A plain SB3 file (no rlq entries) loads as
     ``cls.load`` would load it.
     """
-    path = _zip_path(path, must_exist=True)
+    path = zip_path(path, must_exist=True)
     model = cls.load(path, env=env, **kwargs)
     with zipfile.ZipFile(path) as archive:
         names = set(archive.namelist())
@@ -220,19 +221,8 @@ def load_compressed(
 
 def saved_callback_states(path: str | Path) -> dict[str, Any]:
     """Return the callback states stored in a file written by :func:`save_compressed` ({} if none)."""
-    path = _zip_path(path, must_exist=True)
+    path = zip_path(path, must_exist=True)
     with zipfile.ZipFile(path) as archive:
         if STATE_ENTRY not in archive.namelist():
             return {}
         return json.loads(archive.read(STATE_ENTRY)).get("callbacks", {})
-
-
-def _json_safe(value: Any) -> Any:
-    """Return ``value`` with NaN/inf floats replaced by None and tuples by lists (strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value

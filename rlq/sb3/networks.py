@@ -9,10 +9,14 @@ the first or the last of some chain.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 from torch import nn
+
+from rlq.compress import layer_report
+from rlq.compress.layers import dense_weight_numel
 
 WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 T = TypeVar("T")
@@ -153,3 +157,135 @@ def copy_policy(policy: nn.Module) -> nn.Module:
     fresh.to(policy.device)
     fresh.set_training_mode(False)
     return fresh
+
+
+# --------------------------------------------------------------------------------------------------------
+# Which layers of an SB3 policy the compression callbacks touch, and their target twins
+
+
+@dataclass
+class PolicyLayers:
+    """The layers of an SB3 policy that the callbacks see: online networks, eligible layers, target twins."""
+
+    online: dict[str, nn.Module]
+    """Every weight layer of an online chain, by qualified name, in chain order."""
+    chains: dict[str, list[str]]
+    """Online chains (``layer_chains`` names) as lists of layer names in forward order."""
+    eligible: list[str]
+    """Layers the compression touches."""
+    reasons: dict[str, str]
+    """Why each other online layer stays dense."""
+    targets: dict[str, nn.Module]
+    """Online layer name -> the same layer of its target network (only for networks with a target)."""
+    target_chains: dict[str, list[nn.Module]]
+    """Online chain name -> the target network's chain, layer by layer (only for networks with a target)."""
+    online_weights: dict[str, nn.Module]
+    """Every Linear/Conv layer of the online networks, by name: what the compression ratio counts."""
+
+    @property
+    def weight_names(self) -> list[str]:
+        """Return the names of the online networks' Linear/Conv layers."""
+        return list(self.online_weights)
+
+    def covered_fraction_of(self, names: Sequence[str]) -> float:
+        """Return the share of the online networks' weights held by the layers ``names``."""
+        total = sum(dense_weight_numel(layer) for layer in self.online_weights.values())
+        wanted = set(names)
+        covered = sum(dense_weight_numel(layer) for n, layer in self.online_weights.items() if n in wanted)
+        return covered / total if total else 0.0
+
+    @property
+    def covered_fraction(self) -> float:
+        """Return the share of the online networks' weights held by eligible layers (paper: 94-99%)."""
+        return self.covered_fraction_of(self.eligible)
+
+
+def _module_names(policy: nn.Module) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for name, module in policy.named_modules():
+        names.setdefault(id(module), name)
+    return names
+
+
+def policy_layers(policy: nn.Module, skip_first_last: bool = True) -> PolicyLayers:
+    """Return the online layers, eligible layers and target twins of an SB3 policy (see the module doc)."""
+    names = _module_names(policy)
+    pairs = [(names[id(o)], names[id(t)]) for o, t in target_pairs(policy)]
+    target_prefixes = tuple(f"{t}." for _, t in pairs)
+
+    def is_target(name: str) -> bool:
+        return name.startswith(target_prefixes)
+
+    chains: dict[str, list[str]] = {}
+    for chain_name, layers in layer_chains(policy).items():
+        layer_names = [names[id(m)] for m in layers]
+        if layer_names and not is_target(layer_names[0]):
+            chains[chain_name] = layer_names
+    modules = dict(policy.named_modules())
+    online: dict[str, nn.Module] = {}
+    for layer_names in chains.values():
+        for name in layer_names:
+            online.setdefault(name, modules[name])
+    ends = chain_ends(chains) if skip_first_last else {}
+    eligible = [name for name in online if name not in ends]
+    twin_of = {}
+    for online_prefix, target_prefix in pairs:
+        for name in online:
+            if name.startswith(f"{online_prefix}."):
+                twin = target_prefix + name[len(online_prefix) :]
+                if twin not in modules:
+                    raise RuntimeError(f"target network has no layer {twin!r} matching {name!r}")
+                twin_of[name] = twin
+    targets = {name: modules[twin] for name, twin in twin_of.items()}
+    target_chains = {
+        chain_name: [targets[n] for n in layer_names]
+        for chain_name, layer_names in chains.items()
+        if all(n in targets for n in layer_names)
+    }
+    weights = {
+        row["name"]: modules[row["name"]] for row in layer_report(policy) if not is_target(row["name"])
+    }
+    return PolicyLayers(online, chains, eligible, dict(ends), targets, target_chains, weights)
+
+
+def check_exact_transitions(layers: PolicyLayers) -> None:
+    """Raise ValueError, saying why, when the exact block-size transition cannot apply to these networks.
+
+    The exact split reorders hidden units, so each network must be a plain chain: no layer shared by two
+    chains (SAC's actor trunk feeds ``mu`` and ``log_std``; a CNN may feed actor and critic), each layer's
+    outputs the next layer's inputs (no flatten from channels to features), and the first and last layers
+    dense. Use ``transition_method="projection"`` otherwise.
+    """
+    seen: dict[str, str] = {}
+    for chain_name, names in layers.chains.items():
+        for name in names:
+            if name in seen:
+                raise ValueError(
+                    f"exact transitions need non-overlapping chains, but layer {name!r} is in chains "
+                    f"{seen[name]!r} and {chain_name!r} (a shared trunk); use transition_method='projection'"
+                )
+            seen[name] = chain_name
+    eligible = set(layers.eligible)
+    for chain_name, names in layers.chains.items():
+        if names[0] in eligible or names[-1] in eligible:
+            raise ValueError(
+                f"exact transitions keep each chain's first and last layer dense, but chain {chain_name!r} "
+                "compresses them (skip_first_last=False); use transition_method='projection'"
+            )
+        for a, b in zip(names[:-1], names[1:], strict=True):
+            out_units = _units(layers.online[a])[0]
+            in_units = _units(layers.online[b])[1]
+            if out_units != in_units and (a in eligible or b in eligible):
+                raise ValueError(
+                    f"exact transitions need plain chains, but in chain {chain_name!r} layer {a!r} has "
+                    f"{out_units} outputs and {b!r} {in_units} inputs; use transition_method='projection'"
+                )
+
+
+def _units(layer: nn.Module) -> tuple[int, int]:
+    if isinstance(layer, nn.Linear):
+        return layer.out_features, layer.in_features
+    return layer.out_channels, layer.in_channels
+
+
+# --------------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ Saving and loading:
   names (``...weight``), which SB3's ``load`` accepts. Loading such a file gives the float model without
   its quantizers; training it again with the same :class:`QATCallback` prepares it again at the start of
   ``learn`` and re-enables quantization if the delay has passed. That is what happens when a run of
-  :func:`rlq.agents.train_agent` with checkpoints is interrupted and resumed: nothing is lost but the
+  :func:`rlq.rl.agents.train_agent` with checkpoints is interrupted and resumed: nothing is lost but the
   observed activation ranges (``activations=True``), which are re-observed from the next batches.
 - :func:`save_qat` / :func:`load_qat` keep the quantization state itself (bits, axes, whether enabled,
   activation ranges) inside the zip (as ``rlq_qat.json``), so a model loads back exactly as it was saved,
@@ -48,6 +48,7 @@ from rlq.quant import WeightFakeQuant, convert_qat_, is_qat, prepare_qat_, set_q
 from rlq.quant.activations import INPUT_QUANTIZER, ActivationQuantizer, attach_input_quantizers
 from rlq.quant.layers import output_channel_axis
 from rlq.quant.tensor import check_bits
+from rlq.sb3.checkpoint import zip_path
 from rlq.sb3.networks import named_layers, refresh_optimizers
 
 log = logging.getLogger(__name__)
@@ -291,11 +292,6 @@ def apply_qat_state_(policy: nn.Module, state: dict[str, Any]) -> nn.Module:
     return policy
 
 
-def _zip_path(path: str | os.PathLike) -> Path:
-    path = Path(path)
-    return path if path.suffix else path.with_suffix(".zip")  # SB3's save adds .zip to a bare name
-
-
 def save_qat(model: Any, path: str | os.PathLike, **save_kwargs: Any) -> Path:
     """Return the path of ``model`` saved with SB3's ``save`` plus its QAT state (``rlq_qat.json`` in the zip).
 
@@ -303,7 +299,7 @@ def save_qat(model: Any, path: str | os.PathLike, **save_kwargs: Any) -> Path:
     also reads the file and gives the float (latent) weights without quantizers.
     """
     model.save(path, **save_kwargs)
-    target = _zip_path(path)
+    target = zip_path(path, must_exist=True)
     with zipfile.ZipFile(target, "a") as archive:
         archive.writestr(QAT_FILE, json.dumps(qat_state(model.policy), indent=1))
     return target
@@ -315,10 +311,10 @@ def load_qat(algorithm: str | type, path: str | os.PathLike, env: Any = None, **
     ``algorithm`` is an SB3 class or its name (``"PPO"``). A file without QAT state (a plain ``model.save``)
     loads as SB3 would load it.
     """
-    from rlq.agents import algorithm_class
+    from rlq.rl.agents import algorithm_class
 
     cls = algorithm_class(algorithm) if isinstance(algorithm, str) else algorithm
-    path = _zip_path(path)
+    path = zip_path(path, must_exist=True)
     model = cls.load(path, env=env, **load_kwargs)
     with zipfile.ZipFile(path) as archive:
         if QAT_FILE not in archive.namelist():

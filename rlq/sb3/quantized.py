@@ -381,9 +381,9 @@ def collect_observations(
 
     The rollout acts with ``model.predict`` when a model (or anything with ``predict``) is given, else
     uniformly at random; the observations are those a quantized policy will meet, for calibrating activation
-    ranges. Environments come from :func:`rlq.envs.make_vec_env` (Atari: preprocessed, 4 stacked frames).
+    ranges. Environments come from :func:`rlq.rl.envs.make_vec_env` (Atari: preprocessed, 4 stacked frames).
     """
-    from rlq.envs import make_vec_env
+    from rlq.rl.envs import make_vec_env
 
     if n_observations < 1:
         raise ValueError(f"n_observations must be >= 1, got {n_observations}")
@@ -421,7 +421,7 @@ def make_policy(
     from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
     from stable_baselines3.common.vec_env import VecTransposeImage
 
-    from rlq.agents import algorithm_class
+    from rlq.rl.agents import algorithm_class
 
     cls = algorithm_class(algo)
     if is_image_space(observation_space) and not is_image_space_channels_first(observation_space):
@@ -539,7 +539,7 @@ def evaluate_precisions(
 ) -> pd.DataFrame:
     """Return the deterministic return of ``model`` quantized to each precision, on the same seeded episodes.
 
-    Every precision is evaluated with :func:`rlq.evaluate.evaluate` on ``n_episodes`` episodes from ``seed``,
+    Every precision is evaluated with :func:`rlq.rl.evaluate.evaluate` on ``n_episodes`` episodes from ``seed``,
     so differences come from quantization alone. ``relative_change`` is against the ``fp32`` row of the same
     backend when one is evaluated (``(r - r_fp32) / |r_fp32|``). Other keyword arguments go to
     :func:`quantized_policy`.
@@ -547,8 +547,8 @@ def evaluate_precisions(
     Columns: ``precision``, ``bits``, ``backend``, ``mean_return``, ``std_return``, ``relative_change``,
     ``size_bytes``, ``eval_seconds``.
     """
-    from rlq.evaluate import evaluate
     from rlq.quant import relative_change
+    from rlq.rl.evaluate import evaluate
 
     rows = []
     for precision in precisions:

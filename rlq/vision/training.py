@@ -408,7 +408,7 @@ def summarize(history: pd.DataFrame, reference: str = "dense") -> pd.DataFrame:
 def paper_comparison(summary: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     """Return the paper's ResNet-32 CIFAR-10 numbers beside ours, one row per metric.
 
-    ``paper`` holds the rows of ``rlq.paper.paper_numbers("gst", experiment="cifar10")`` (metric, value).
+    ``paper`` holds the rows of ``rlq.experiments.paper.paper_numbers("gst", experiment="cifar10")`` (metric, value).
     The paper does not say whether its 68.2% is the final or the average compression: both of ours are shown.
     """
     value = dict(zip(paper["metric"], paper["value"], strict=True))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlq.envs import make_vec_env
+from rlq.rl.envs import make_vec_env
 
 
 @dataclass

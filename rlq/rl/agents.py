@@ -19,9 +19,9 @@ import pandas as pd
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import CSVOutputFormat, Logger
 
-from rlq.envs import is_atari, make_vec_env
-from rlq.runs import read_json, write_json
-from rlq.seeding import seed_everything
+from rlq.core.jsonio import read_json, write_json
+from rlq.rl.envs import is_atari, make_vec_env
+from rlq.rl.seeding import seed_everything
 
 ALGORITHM_NAMES = ("A2C", "PPO", "DQN", "TD3", "SAC", "DDPG")
 
@@ -110,7 +110,7 @@ def make_model(
 
     ``policy`` defaults to ``CnnPolicy`` for Atari and ``MlpPolicy`` otherwise; ``hyperparams`` may hold
     ``action_noise_std`` (Gaussian exploration noise for TD3/DDPG/SAC) besides the algorithm's own arguments.
-    ``env_kwargs`` go to :func:`rlq.envs.make_vec_env` (e.g. a football ``representation``).
+    ``env_kwargs`` go to :func:`rlq.rl.envs.make_vec_env` (e.g. a football ``representation``).
     """
     cls = algorithm_class(algo)
     seed_everything(seed)

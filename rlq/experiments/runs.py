@@ -7,14 +7,13 @@ variable, and turns the numbers the notebook records with :func:`record` into ``
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import secrets
 from datetime import datetime, timezone
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
+
+from rlq.core.jsonio import json_safe, read_json, write_json
 
 RUN_DIR_ENV = "RLQ_RUN_DIR"
 RESULTS_FILE = "results.json"
@@ -50,51 +49,11 @@ def run_dir() -> Path:
         path = Path(env)
         path.mkdir(parents=True, exist_ok=True)
         return path
-    from rlq.paths import default_runs_dir
+    from rlq.experiments.paths import default_runs_dir
 
     path = new_run_dir(default_runs_dir(), "interactive").resolve()
     os.environ[RUN_DIR_ENV] = str(path)
     return path
-
-
-def _json_number(name: str, value: Any) -> Any:
-    """Return ``value`` as a plain JSON value (numpy scalars become int/float), or raise naming ``name``."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, Integral):
-        return int(value)
-    if isinstance(value, Real):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if isinstance(value, (list, tuple)):
-        return [_json_number(name, v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_number(f"{name}.{k}", v) for k, v in value.items()}
-    raise TypeError(
-        f"record(): {name!r} is a {type(value).__name__}; record numbers, strings, lists or dicts"
-    )
-
-
-def read_json(path: str | Path) -> dict[str, Any]:
-    """Return the JSON object stored at ``path`` ({} when the file does not exist)."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    with open(path) as f:
-        data = json.load(f)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} does not hold a JSON object")
-    return data
-
-
-def write_json(path: str | Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as indented JSON atomically (a crash never leaves half a file)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def record(**numbers: Any) -> dict[str, Any]:
@@ -102,7 +61,10 @@ def record(**numbers: Any) -> dict[str, Any]:
     clash = RESERVED_KEYS.intersection(numbers)
     if clash:
         raise ValueError(f"record(): {sorted(clash)} are reserved for the runner; choose other names")
-    clean = {k: _json_number(k, v) for k, v in numbers.items()}
+    try:
+        clean = {k: json_safe(v, k, strict=True) for k, v in numbers.items()}
+    except TypeError as exc:
+        raise TypeError(f"record(): {exc}") from None
     path = run_dir() / RESULTS_FILE
     merged = read_json(path)
     merged.update(clean)

@@ -64,7 +64,7 @@ def check_env_id(env_id: str) -> None:
     if not isinstance(env_id, str) or not env_id:
         raise ValueError(f"env id must be a non-empty string, got {env_id!r}")
     if is_football(env_id):
-        from rlq.football import check_scenario
+        from rlq.rl.football import check_scenario
 
         check_scenario(env_id.removeprefix(FOOTBALL_PREFIX))
         return
@@ -107,7 +107,7 @@ def _make_raw(env_id: str, render_mode: str | None = None, **kwargs: Any) -> gym
     check_env_id(env_id)
     atari_kwargs = kwargs.pop("atari_wrapper_kwargs", {})
     if is_football(env_id):
-        from rlq.football import make_football
+        from rlq.rl.football import make_football
 
         if render_mode is not None:
             raise ValueError("football environments are made without rendering (0.76 s a frame off-screen)")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
 
-from rlq.compress.gst import check_positive_int
+from rlq.core.validation import check_positive_int
 
 T = TypeVar("T")
 

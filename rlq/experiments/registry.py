@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlq.paths import notebooks_dir
+from rlq.experiments.paths import notebooks_dir
 
 REQUIRED_PRESETS = ("quick", "paper")
 

@@ -2,7 +2,7 @@
 
 Optional: ``gfootball`` has no wheel on PyPI; ``make football`` builds one once into a cache folder and
 installs it with ``gym==0.25.2`` and ``six`` (see ``tools/football.sh``). Use it through
-:func:`rlq.envs.make_env` / :func:`rlq.envs.make_vec_env` with ids ``gfootball/<scenario>``:
+:func:`rlq.rl.envs.make_env` / :func:`rlq.rl.envs.make_vec_env` with ids ``gfootball/<scenario>``:
 
     env = make_env("gfootball/academy_empty_goal_close", seed=0)   # simple115v2 observations
     env = make_env("gfootball/academy_3_vs_1_with_keeper", representation="extracted")

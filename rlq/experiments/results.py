@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlq.paths import data_dir
-from rlq.runs import PARAMS_FILE, RESULTS_FILE, read_json, write_json
+from rlq.core.jsonio import read_json, write_json
+from rlq.experiments.paths import data_dir
+from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE
 
 
 def committed_dir(experiment: str, preset: str) -> Path:

@@ -20,9 +20,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from torch import nn
 
 from rlq.compress import block_circulant_, compression_ratio, layer_report, magnitude_prune_
-from rlq.evaluate import evaluate
-from rlq.paths import default_runs_dir
-from rlq.runs import new_run_dir, utc_stamp, write_json
+from rlq.experiments.paths import default_runs_dir
+from rlq.experiments.runs import new_run_dir, utc_stamp, write_json
+from rlq.rl.evaluate import evaluate
 from rlq.sb3.networks import copy_policy, named_layers
 
 METHODS = ("none", "block_circulant", "magnitude_pruning", "gst")
@@ -338,12 +338,12 @@ class SparsityTuner:
     def train(self, steps: int | None = None) -> Path:
         """Return the run folder of a new agent trained for ``steps`` with the current settings.
 
-        GST (or magnitude pruning, or dense) through :func:`rlq.sb3.gst.train_compressed`, with the tuner's
+        GST (or magnitude pruning, or dense) through :func:`rlq.experiments.gst.train_compressed`, with the tuner's
         block size, S_shift, target sparsity and skipped layers, on the tuner's algorithm and environment.
         The folder is a normal run folder: ``params.json``, ``results.json``, ``history.csv``, ``curve.csv``
         and checkpoints.
         """
-        from rlq.sb3.gst import train_compressed
+        from rlq.experiments.gst import train_compressed
 
         steps = steps or self.train_steps
         settings = self.settings()

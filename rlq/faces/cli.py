@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlq.experiments import Experiment, ExperimentError, get_experiment, list_experiments
-from rlq.paths import default_runs_dir
+from rlq.experiments.paths import default_runs_dir
+from rlq.experiments.registry import Experiment, ExperimentError, get_experiment, list_experiments
 
 EXIT_BAD_INPUT = 2
 
@@ -55,7 +55,7 @@ def _summary_line(name: str, outcome) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from rlq.runner import resume_run, run_experiment
+    from rlq.experiments.runner import resume_run, run_experiment
 
     if args.rerun and not args.resume:
         raise ExperimentError("--rerun goes with --resume RUN_DIR")
@@ -86,7 +86,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from rlq.runner import run_experiment
+    from rlq.experiments.runner import run_experiment
 
     lines, failed = [], 0
     for exp in list_experiments():
@@ -109,14 +109,14 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from rlq.results import publish
+    from rlq.experiments.results import publish
 
     print(publish(args.run_dir, overwrite=args.overwrite))
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from rlq.report import build_report
+    from rlq.faces.report import build_report
 
     path, text = build_report(args.runs, args.out)
     print(text)

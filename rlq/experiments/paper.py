@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlq.paths import data_dir
+from rlq.experiments.paths import data_dir
 
 COLUMNS = ["paper", "experiment", "algorithm", "environment", "metric", "value", "unit", "note"]
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlq.experiments import Experiment, get_experiment
-from rlq.runs import (
+from rlq.experiments.registry import Experiment, get_experiment
+from rlq.experiments.runs import (
     NOTEBOOK_FILE,
     PARAMS_FILE,
     RESULTS_FILE,

@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from rlq.claims import CLAIMS, Claim
-from rlq.paper import paper_numbers
-from rlq.paths import data_dir
-from rlq.runs import PARAMS_FILE, RESULTS_FILE, list_runs, read_json
+from rlq.experiments.claims import CLAIMS, Claim
+from rlq.experiments.paper import paper_numbers
+from rlq.experiments.paths import data_dir
+from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE, list_runs, read_json
 
 PRESET_RANK = {"paper": 3, "medium": 2, "quick": 1}
 

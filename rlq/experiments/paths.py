@@ -9,7 +9,7 @@ from pathlib import Path
 def repo_root() -> Path:
     """Return the rlq checkout that holds ``notebooks/`` and ``data/`` (``RLQ_HOME`` overrides)."""
     env = os.environ.get("RLQ_HOME")
-    root = Path(env) if env else Path(__file__).resolve().parent.parent
+    root = Path(env) if env else Path(__file__).resolve().parents[2]
     if not (root / "notebooks").is_dir():
         raise FileNotFoundError(
             f"no notebooks/ folder under {root}: rlq's experiments run from a clone of the repository "

@@ -1,0 +1,4 @@
+"""rlq.core: the helpers beneath every other part of rlq (argument validation, JSON I/O, parametrizations).
+
+It imports nothing from the rest of rlq, so every layer may use it.
+"""

@@ -1,0 +1,462 @@
+"""What every compression callback shares in Stable-Baselines3 training (TD3, SAC, DDPG, A2C, PPO, DQN).
+
+:class:`CompressionCallback` records the compression ratio and training reward (the dense baseline's
+recorder); :class:`rlq.sb3.gst.GSTCallback` and :class:`rlq.sb3.pruning.GradualPruningCallback` add GST
+and its iterative-pruning baseline.
+
+Paper: Lee et al., "GST: Group-Sparse Training for Accelerating Deep Reinforcement Learning",
+arXiv 2101.09650 (https://arxiv.org/abs/2101.09650). Baseline: Zhu & Gupta, "To prune, or not to prune",
+arXiv 1710.01878 (gradual magnitude pruning, eq. 1).
+
+    from rlq.sb3.gst import GSTCallback
+    from rlq.sb3.pruning import GradualPruningCallback
+    gst = GSTCallback(block_schedule=((0.0, 4), (0.25, 2)), s_shift=0.25, bc_end=0.5, prune_every=1000)
+    model.learn(100_000, callback=gst)
+    gst.history                      # one row per action and every ``log_every`` steps
+    gst.average_compression_ratio()  # GST's headline measure
+
+The timeline (block-circulant from step 0, block-size transitions, S_shift, the hand-over to pruning) and
+the reward-aware target are :class:`rlq.compress.GSTSchedule` and :class:`rlq.compress.RewardAwareSparsity`;
+the reward-aware rule, S_shift's meaning and the exact transition are OUR DESIGN (the paper does not
+publish them). This module puts them into SB3's training:
+
+- **Layers.** Networks are found per SB3 network with :func:`rlq.sb3.networks.layer_chains`. A layer is
+  eligible when it belongs to an online chain and (with ``skip_first_last``) is neither the first nor the
+  last layer of any chain: SAC's trunk feeding two heads and a CNN shared by actor and critic are handled.
+  ``covered_fraction`` is the share of the online networks' weights held by eligible layers (paper: 94-99%).
+- **Targets.** Target networks (TD3/DDPG ``actor_target`` and ``critic_target``, SAC ``critic_target``,
+  DQN ``q_net_target``) get the same structure as their online networks at every change: the same block
+  size, the same hidden-unit reordering (exact transitions), and the online network's masks (masks are
+  chosen from the online weights only). Targets keep their own values (projected, permuted or masked the
+  same way), so polyak averaging continues without a hard update; since parameters keep their order and
+  shapes match, ``polyak_update`` stays aligned and pruned target weights stay exactly zero.
+- **Optimizers.** Every transform keeps Parameter objects, so the optimizers still hold the live
+  parameters. After a structural change (block-circulant on, a transition, the hand-over) all optimizer
+  state of the policy is reset, since moments of the old shapes or unit order no longer fit; a pruning
+  update keeps it (masked entries get zero gradients). The state of masked entries is parked (first
+  moments 0, second moments 1) at every mask change, after every reset and every ``park_every`` steps:
+  the weights trained are the same, but ``torch.sqrt`` of the zeros Adam would otherwise hold there is
+  5x slower on CPU (see :mod:`rlq.compress.optimizer_state`).
+- **Reward.** Finished episodes are read from ``self.locals["infos"]`` (Monitor's ``"episode"`` entries);
+  the reward given to the controller is the mean return of the last ``reward_window`` episodes (None
+  until one has finished, and the target then holds).
+- **Compression ratio.** ``1 - stored / dense`` weights (biases excluded) over every Linear/Conv layer of
+  the *online* networks. Target networks mirror them, so the ratio over the whole policy, targets
+  included, is the same number. :meth:`CompressionCallback.average_compression_ratio` averages it over
+  the training updates: from ``learning_starts`` (off-policy; 0 on-policy) to the end.
+- **Checkpoints.** Each callback has a ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (schedule,
+  controller, reward window, history), used by :func:`rlq.sb3.checkpoint.save_compressed` and by
+  :func:`rlq.rl.agents.train_agent`, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from torch.nn.utils import parametrize
+
+from rlq.compress import (
+    average_compression_ratio,
+    block_size_of,
+    layer_report,
+    magnitude_prune_,
+    park_masked_state_,
+    reset_optimizer_state_,
+)
+from rlq.compress.block_circulant import stored_target
+from rlq.compress.layers import dense_weight_numel
+from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_tensor
+from rlq.compress.measures import stored_weight_count
+from rlq.core.jsonio import json_safe
+from rlq.core.validation import check_positive_int
+from rlq.sb3.networks import (
+    PolicyLayers,
+    optimizers,
+    policy_layers,
+    refresh_optimizers,
+)
+
+HISTORY_COLUMNS = [
+    "step",
+    "event",
+    "phase",
+    "block_size",
+    "target_sparsity",
+    "sparsity",
+    "compression_ratio",
+    "mean_reward",
+    "episodes",
+    "decision",
+]
+"""Columns of :attr:`CompressionCallback.history`."""
+
+EVENT_COLUMNS = [
+    "step",
+    "kind",
+    "block_size",
+    "sparsity",
+    "method",
+    "layers",
+    "covered_fraction",
+    "mean_shift",
+]
+"""Columns of :attr:`CompressionCallback.events` (one row per structural change or pruning update)."""
+
+
+# Callbacks
+
+
+class CompressionCallback(BaseCallback):
+    """Record an SB3 model's compression ratio and training reward over training (compresses nothing).
+
+    On its own it is the dense baseline's recorder; :class:`GSTCallback` and :class:`GradualPruningCallback`
+    add compression. Knobs:
+
+    - ``skip_first_last``: keep the first and last layer of every chain dense (the paper's selective
+      application; see the module docstring).
+    - ``reward_window``: episodes averaged into ``mean_reward`` (the reward-aware controller's input).
+    - ``log_every``: environment steps between two history rows (rows are also written at every action,
+      so averages over the history are exact).
+    - ``cache_rollouts``: for on-policy algorithms (A2C, PPO), expand block-circulant weights once per
+      rollout instead of at every step (``torch.nn.utils.parametrize.cached()`` between SB3's
+      ``on_rollout_start`` and ``on_rollout_end``; no parameter changes during a rollout). The cache is
+      process-wide: should ``learn()`` raise in the middle of a rollout it stays on until this callback's
+      next ``learn()`` or :meth:`close_rollout_cache`.
+    - ``verbose``: SB3's verbosity (1 logs each action through SB3's logger).
+    """
+
+    checkpoint_key = "compression"
+    """Key under which checkpoints store this callback's state."""
+
+    park_every = 1000
+    """Environment steps between two refreshes of the masked entries' optimizer state (see
+    :mod:`rlq.compress.optimizer_state`): a reset after a structural change starts them at 0 again, and
+    a parked second moment decays by Adam's beta2 or RMSprop's alpha at every step."""
+
+    def __init__(
+        self,
+        skip_first_last: bool = True,
+        reward_window: int = 10,
+        log_every: int = 1000,
+        cache_rollouts: bool = True,
+        verbose: int = 0,
+    ):
+        super().__init__(verbose)
+        if not isinstance(skip_first_last, bool):
+            raise ValueError(f"skip_first_last must be a bool, got {skip_first_last!r}")
+        self.skip_first_last = skip_first_last
+        self.reward_window = check_positive_int("reward_window", reward_window)
+        self.log_every = check_positive_int("log_every", log_every)
+        self.returns: deque[float] = deque(maxlen=self.reward_window)
+        self.episodes = 0
+        self.layers: PolicyLayers | None = None
+        self.start_step = 0
+        self.total_steps: int | None = None
+        self._rows: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] = []
+        self._last_log: int | None = None
+        self._last_park: int | None = None
+        self._park_pending = False
+        self.cache_rollouts = bool(cache_rollouts)
+        self._rollout_cache: Any = None
+
+    # ---- SB3 hooks
+
+    def _init_callback(self) -> None:
+        self.close_rollout_cache()
+        self.layers = policy_layers(self.model.policy, self.skip_first_last)
+        self.start_step = int(getattr(self.model, "learning_starts", 0) or 0)
+        if self.total_steps is None:
+            self.total_steps = int(self.model._total_timesteps)
+        self._setup()
+
+    def _on_training_start(self) -> None:
+        self._act()
+        if not self._rows or self._rows[-1]["step"] != self.num_timesteps:
+            self._log("start")
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", ()):
+            episode = info.get("episode") if isinstance(info, dict) else None
+            if episode is not None:
+                self.returns.append(float(episode["r"]))
+                self.episodes += 1
+        acted = self._act()
+        if (
+            self._park_pending
+            or self._last_park is None
+            or self.num_timesteps - self._last_park >= self.park_every
+        ):
+            self._park_masked_state_()
+        if acted:
+            return True
+        if self._last_log is None or self.num_timesteps - self._last_log >= self.log_every:
+            self._log("log")
+        return True
+
+    def _on_rollout_start(self) -> None:
+        self.close_rollout_cache()
+        if self.cache_rollouts and isinstance(self.model, OnPolicyAlgorithm):
+            self._rollout_cache = parametrize.cached()
+            self._rollout_cache.__enter__()
+
+    def _on_rollout_end(self) -> None:
+        self.close_rollout_cache()
+
+    def close_rollout_cache(self) -> None:
+        """Leave the rollout's parametrization cache, if this callback opened one."""
+        cache, self._rollout_cache = self._rollout_cache, None
+        if cache is not None:
+            cache.__exit__(None, None, None)
+
+    @contextmanager
+    def _changing_structure(self) -> Iterator[None]:
+        """Change the compression inside: a rollout's parametrization cache is dropped, then reopened."""
+        was_open = self._rollout_cache is not None
+        self.close_rollout_cache()
+        try:
+            yield
+        finally:
+            if was_open:
+                self._rollout_cache = parametrize.cached()
+                self._rollout_cache.__enter__()
+
+    def _on_training_end(self) -> None:
+        self.close_rollout_cache()
+        if not self._rows or self._rows[-1]["step"] != self.num_timesteps:
+            self._log("end")
+
+    # ---- what subclasses change
+
+    def _setup(self) -> None:
+        """Check the policy once its layers are known (subclasses raise on what they cannot handle)."""
+
+    def _act(self) -> bool:
+        """Carry out the compression actions due at ``self.num_timesteps``; return whether any ran."""
+        return False
+
+    def _status(self) -> dict[str, Any]:
+        """Return the phase, block size, target and applied sparsity and decision for a history row."""
+        return {
+            "phase": "dense",
+            "block_size": None,
+            "target_sparsity": 0.0,
+            "sparsity": 0.0,
+            "decision": None,
+        }
+
+    # ---- measures
+
+    @property
+    def mean_reward(self) -> float | None:
+        """Return the mean return of the last ``reward_window`` finished episodes (None before the first)."""
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    @property
+    def covered_fraction(self) -> float:
+        """Return the share of the online networks' weights in the layers this callback compresses."""
+        return self._require_layers().covered_fraction
+
+    def layer_report(self) -> pd.DataFrame:
+        """Return one row per online Linear/Conv layer: kind, block size, stored and dense weights, ratio."""
+        layers = self._require_layers()
+        rows = [r for r in layer_report(self.model.policy) if r["name"] in set(layers.weight_names)]
+        frame = pd.DataFrame(rows)
+        frame["eligible"] = frame["name"].isin(layers.eligible)
+        frame["has_target"] = frame["name"].isin(layers.targets)
+        return frame
+
+    def compression_ratio(self) -> float:
+        """Return ``1 - stored / dense`` weights over the online networks (targets mirror them)."""
+        weights = self._require_layers().online_weights.values()
+        stored = sum(stored_weight_count(layer) for layer in weights)
+        return 1.0 - stored / sum(dense_weight_numel(layer) for layer in weights)
+
+    def average_compression_ratio(self, start_step: int | None = None, end_step: int | None = None) -> float:
+        """Return the compression ratio averaged over training steps ``[start_step, end_step)``.
+
+        Defaults: from ``learning_starts`` (the first training update of an off-policy algorithm; 0 for
+        on-policy ones) to the last step seen (at least the run's total steps). Each history row's ratio
+        holds until the next row.
+        """
+        history = self.history.drop_duplicates("step", keep="last")
+        if history.empty:
+            raise ValueError("no history yet: train with this callback first")
+        start = self.start_step if start_step is None else int(start_step)
+        last = int(history["step"].iloc[-1])
+        end = max(last + 1, self.total_steps or 0) if end_step is None else int(end_step)
+        if end <= start:
+            raise ValueError(f"end_step {end} must exceed start_step {start}")
+        before = history[history["step"] <= start]
+        after = history[(history["step"] > start) & (history["step"] < end)]
+        first_value = (
+            before["compression_ratio"].iloc[-1] if len(before) else history["compression_ratio"].iloc[0]
+        )
+        values = [float(first_value), *after["compression_ratio"].astype(float)]
+        steps = [start, *after["step"].astype(int)]
+        return average_compression_ratio(values, steps, end)
+
+    @property
+    def history(self) -> pd.DataFrame:
+        """Return the history rows as a DataFrame with :data:`HISTORY_COLUMNS`."""
+        return pd.DataFrame(self._rows, columns=HISTORY_COLUMNS)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """Return one row per action carried out (:data:`EVENT_COLUMNS`)."""
+        return pd.DataFrame(self._events, columns=EVENT_COLUMNS)
+
+    # ---- helpers shared by the subclasses
+
+    def _require_layers(self) -> PolicyLayers:
+        if self.layers is None:
+            raise RuntimeError("the callback has not seen a model yet: pass it to model.learn(...) first")
+        return self.layers
+
+    def _log(self, event: str) -> None:
+        self._last_log = self.num_timesteps
+        reward = self.mean_reward
+        row = {
+            "step": int(self.num_timesteps),
+            "event": event,
+            **self._status(),
+            "compression_ratio": self.compression_ratio(),
+            "mean_reward": float("nan") if reward is None else reward,
+            "episodes": self.episodes,
+        }
+        self._rows.append({k: row.get(k) for k in HISTORY_COLUMNS})
+        if self.verbose >= 1 and event not in ("log",):
+            self.logger.log(
+                f"[{type(self).__name__}] step {row['step']}: {event}, ratio {row['compression_ratio']:.3f}"
+            )
+
+    def _record_event(
+        self, kind: str, report_names: Sequence[str], shifts: Sequence[float] = (), **extra
+    ) -> None:
+        layers = self._require_layers()
+        names = [n for n in report_names if n in layers.online]
+        row = {
+            "step": int(self.num_timesteps),
+            "kind": kind,
+            "layers": len(names),
+            "covered_fraction": layers.covered_fraction_of(names),
+            "mean_shift": float(np.mean(shifts)) if len(shifts) else float("nan"),
+            **extra,
+        }
+        self._events.append({k: row.get(k) for k in EVENT_COLUMNS})
+
+    def _prune_(self, sparsity: float, scope: str) -> list[str]:
+        """Prune the eligible online layers to ``sparsity`` by magnitude and give targets the same masks."""
+        layers = self._require_layers()
+        previous = {
+            name: mask.clone() for name in layers.eligible if (mask := self._mask_of(name)) is not None
+        }
+        report = magnitude_prune_(self.model.policy, sparsity, scope=scope, layers=layers.eligible)
+        self._mirror_targets_()
+        self._park_masked_state_(previous)
+        return report.compressed
+
+    def _mask_of(self, name: str) -> torch.Tensor | None:
+        """Return the mask on online layer ``name``'s stored values (weights or B-vectors), if pruned."""
+        return mask_of(*stored_target(self._require_layers().online[name]))
+
+    def _park_masked_state_(self, previous: dict[str, torch.Tensor] | None = None) -> None:
+        """Park the optimizer state of masked entries (and zero it where a mask regrew entries).
+
+        Training computes the same weights either way; see :mod:`rlq.compress.optimizer_state` for why.
+        Until every masked parameter has optimizer state (optimizers create it at their first step after
+        a reset), parking is repeated at every environment step.
+        """
+        layers = self._require_layers()
+        policy_optimizers = optimizers(self.model.policy)
+        masked = parked = 0
+        for name in layers.eligible:
+            mask = self._mask_of(name)
+            if mask is None:
+                continue
+            masked += 1
+            param = stored_tensor(*stored_target(layers.online[name]))
+            for optimizer in policy_optimizers:
+                if park_masked_state_(optimizer, param, mask, (previous or {}).get(name)):
+                    parked += 1
+                    break
+        self._last_park = self.num_timesteps
+        self._park_pending = parked < masked
+
+    def _mirror_targets_(self) -> None:
+        """Give every target layer its online layer's mask (structure is mirrored by the transforms)."""
+        layers = self._require_layers()
+        for name, twin in layers.targets.items():
+            layer = layers.online[name]
+            if block_size_of(layer) != block_size_of(twin):
+                raise RuntimeError(
+                    f"target of {name!r} has block size {block_size_of(twin)}, online {block_size_of(layer)}"
+                )
+            source, source_name = stored_target(layer)
+            dest, dest_name = stored_target(twin)
+            mask = mask_of(source, source_name)
+            current = mask_of(dest, dest_name)
+            if mask is None:
+                if current is not None:
+                    bake_mask_(dest, dest_name)
+            elif current is None or not torch.equal(current, mask):
+                prune_with_mask_(dest, dest_name, mask.detach().clone())
+
+    def _reset_optimizers_(self) -> None:
+        """Drop all optimizer state of the policy after a structural change (shapes or unit order changed)."""
+        policy = self.model.policy
+        for optimizer in optimizers(policy):
+            reset_optimizer_state_(optimizer)
+        refresh_optimizers(policy)
+        self._park_pending = True  # masked entries' fresh state starts at 0: park it once it exists
+
+    # ---- checkpoints
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the callback's progress as JSON-safe values (history, reward window, schedule state)."""
+        return json_safe(
+            {
+                "class": type(self).__name__,
+                "returns": list(self.returns),
+                "episodes": self.episodes,
+                "rows": self._rows,
+                "events": self._events,
+                "last_log": self._last_log,
+                "start_step": self.start_step,
+                "total_steps": self.total_steps,
+                "extra": self._extra_state(),
+            }
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the progress saved by :meth:`state_dict` (before or after the callback meets a model)."""
+        if state.get("class") != type(self).__name__:
+            raise ValueError(f"state was saved by {state.get('class')!r}, not {type(self).__name__!r}")
+        self.returns = deque(state["returns"], maxlen=self.reward_window)
+        self.episodes = int(state["episodes"])
+        self._rows = [
+            {k: (float("nan") if k == "mean_reward" and v is None else v) for k, v in row.items()}
+            for row in state["rows"]
+        ]
+        self._events = [
+            {k: (float("nan") if k == "mean_shift" and v is None else v) for k, v in row.items()}
+            for row in state["events"]
+        ]
+        self._last_log = state["last_log"]
+        self.start_step = int(state["start_step"])
+        self.total_steps = state["total_steps"]
+        self._load_extra_state(state["extra"])
