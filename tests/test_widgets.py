@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlq.faces.widgets import SparsityTuner, TunerSettings, compress_policy, model_size_bytes
+from rlq.faces.widgets import SparsityTuner, TunerSettings, compress_policy, stored_weight_bytes
 from rlq.rl.agents import train_agent
 
 NET = [16, 16]
@@ -44,7 +44,7 @@ def test_quantized_copy_has_few_weight_values(agent):
     policy, report, _ = compress_policy(agent.policy, TunerSettings(method="none", bits=2))
     weight = policy.mlp_extractor.policy_net[2].weight
     assert torch.unique(weight).numel() <= 4
-    assert model_size_bytes(report, 2)["stored_bytes"] == _dense_count() * 2 / 8
+    assert stored_weight_bytes(report, 2)["stored_bytes"] == _dense_count() * 2 / 8
 
 
 def test_moving_a_control_adds_a_point_and_updates_the_figures(agent):

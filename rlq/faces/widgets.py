@@ -83,7 +83,7 @@ def compress_policy(
     return compressed, report, ratio
 
 
-def model_size_bytes(report: list[dict[str, Any]], bits: int) -> dict[str, float]:
+def stored_weight_bytes(report: list[dict[str, Any]], bits: int) -> dict[str, float]:
     """Return the weights' size in bytes, dense fp32 and as stored (kept values at ``bits`` bits each)."""
     dense = sum(row["dense"] for row in report) * 4
     stored = sum(row["stored"] for row in report) * bits / 8
@@ -258,7 +258,7 @@ class SparsityTuner:
                 return None
             returns.extend(evaluate(policy, self.env_id, n_episodes=1, seed=self.seed + i).returns)
             self.progress.value = i + 1
-        size = model_size_bytes(report, settings.bits)
+        size = stored_weight_bytes(report, settings.bits)
         point = {
             **asdict(settings),
             "compression_ratio": ratio,

@@ -262,7 +262,7 @@ class Checkpointer(BaseCallback):
 
 
 @dataclass
-class TrainResult:
+class TrainedAgent:
     """A trained model with its learning curve."""
 
     model: Any
@@ -286,7 +286,7 @@ def train_agent(
     save_model: Callable[[Any, Path], Any] | None = None,
     load_model: Callable[[type, Path, Any], Any] | None = None,
     env_kwargs: dict[str, Any] | None = None,
-) -> TrainResult:
+) -> TrainedAgent:
     """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
 
     With a ``run_dir``, checkpoints go to ``run_dir/checkpoints`` every ``checkpoint_every`` timesteps
@@ -364,7 +364,7 @@ def train_agent(
         last = checkpointer.save()
     elif found is not None:
         last = found[1]
-    return TrainResult(model, recorder.frame(), recorder.wall_time(), resumed, last)
+    return TrainedAgent(model, recorder.frame(), recorder.wall_time(), resumed, last)
 
 
 def load_agent(run_folder: str | Path, env_id: str | None = None):

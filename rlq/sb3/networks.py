@@ -22,7 +22,7 @@ WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 T = TypeVar("T")
 
 
-def weight_layers(module: nn.Module | None) -> list[nn.Module]:
+def _weight_layers_of(module: nn.Module | None) -> list[nn.Module]:
     """Return the Linear/Conv layers of ``module`` in definition (forward) order."""
     return [] if module is None else [m for m in module.modules() if isinstance(m, WEIGHT_LAYERS)]
 
@@ -38,36 +38,36 @@ def layer_chains(policy: nn.Module) -> dict[str, list[nn.Module]]:
     if isinstance(policy, ActorCriticPolicy):  # A2C, PPO
         extractor = policy.mlp_extractor
         chains["actor"] = (
-            weight_layers(policy.pi_features_extractor)
-            + weight_layers(extractor.policy_net)
+            _weight_layers_of(policy.pi_features_extractor)
+            + _weight_layers_of(extractor.policy_net)
             + [policy.action_net]
         )
         chains["critic"] = (
-            weight_layers(policy.vf_features_extractor)
-            + weight_layers(extractor.value_net)
+            _weight_layers_of(policy.vf_features_extractor)
+            + _weight_layers_of(extractor.value_net)
             + [policy.value_net]
         )
     elif isinstance(policy, DQNPolicy):
         for name in ("q_net", "q_net_target"):
             q = getattr(policy, name)
-            chains[name] = weight_layers(q.features_extractor) + weight_layers(q.q_net)
+            chains[name] = _weight_layers_of(q.features_extractor) + _weight_layers_of(q.q_net)
     elif isinstance(policy, (TD3Policy, SACPolicy)):  # TD3, DDPG, SAC
         for name in ("actor", "actor_target"):
             actor = getattr(policy, name, None)
             if actor is None:
                 continue  # SAC has no actor target
-            trunk = weight_layers(actor.features_extractor)
+            trunk = _weight_layers_of(actor.features_extractor)
             if hasattr(actor, "latent_pi"):  # SAC: a trunk and two heads
-                trunk += weight_layers(actor.latent_pi)
+                trunk += _weight_layers_of(actor.latent_pi)
                 chains[name] = trunk + [actor.mu]
                 if isinstance(actor.log_std, nn.Module):
-                    chains[f"{name}.log_std"] = trunk + weight_layers(actor.log_std)
+                    chains[f"{name}.log_std"] = trunk + _weight_layers_of(actor.log_std)
             else:
-                chains[name] = trunk + weight_layers(actor.mu)
+                chains[name] = trunk + _weight_layers_of(actor.mu)
         for name in ("critic", "critic_target"):
             critic = getattr(policy, name)
             for i, q in enumerate(critic.q_networks):
-                chains[f"{name}.q{i}"] = weight_layers(critic.features_extractor) + weight_layers(q)
+                chains[f"{name}.q{i}"] = _weight_layers_of(critic.features_extractor) + _weight_layers_of(q)
     else:
         raise TypeError(
             f"rlq does not know the layout of {type(policy).__name__}; supported: the policies of "

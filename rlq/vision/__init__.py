@@ -23,7 +23,7 @@ from rlq.vision.models import AlexNet, CifarResNet, alexnet, count_parameters, r
 from rlq.vision.training import (
     GradualPruning,
     GradualPruningConfig,
-    TrainResult,
+    TrainedClassifier,
     evaluate_accuracy,
     latest_classifier_checkpoint,
     learning_rate,
@@ -40,7 +40,7 @@ __all__ = [
     "GradualPruning",
     "GradualPruningConfig",
     "ImageData",
-    "TrainResult",
+    "TrainedClassifier",
     "alexnet",
     "count_parameters",
     "evaluate_accuracy",

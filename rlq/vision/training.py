@@ -177,7 +177,7 @@ def evaluate_accuracy(
 
 
 @dataclass
-class TrainResult:
+class TrainedClassifier:
     """A trained classifier with its per-epoch history."""
 
     model: nn.Module
@@ -248,7 +248,7 @@ def train_classifier(
     device: str | torch.device = "cpu",
     eval_batch_size: int = 500,
     progress: bool = False,
-) -> TrainResult:
+) -> TrainedClassifier:
     """Return ``model`` trained ``epochs`` epochs by SGD under ``schedule``, resuming from ``checkpoint_dir``.
 
     Defaults are He et al. 2016's CIFAR recipe (lr 0.1 divided by 10 at 50% and 75%, momentum 0.9, weight
@@ -379,7 +379,7 @@ def train_classifier(
             )
     history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
     wall = float(history["wall_time_s"].iloc[-1]) if len(history) else 0.0
-    return TrainResult(model, history, wall, found[0] if found is not None else None, checkpoint)
+    return TrainedClassifier(model, history, wall, found[0] if found is not None else None, checkpoint)
 
 
 def summarize(history: pd.DataFrame, reference: str = "dense") -> pd.DataFrame:
