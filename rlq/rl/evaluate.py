@@ -10,6 +10,10 @@ import numpy as np
 
 from rlq.rl.envs import make_vec_env
 
+EVAL_SEED_OFFSET = 10_000
+"""Evaluation episodes of a run trained with ``seed`` are seeded ``seed + EVAL_SEED_OFFSET``: apart from the
+training episodes' seeds, and the same for every method, precision and rerun compared on that seed."""
+
 
 @dataclass
 class EvalResult:
