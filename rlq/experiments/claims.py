@@ -1,7 +1,9 @@
 """Which of our recorded numbers answers which paper number, and when the claim holds.
 
 Each :class:`Claim` points at rows of ``data/paper/*.csv`` (paper, experiment, metric) and at the
-experiment notebook whose ``results.json`` holds our number. ``rlq report`` walks this list.
+experiment notebook whose ``results.json`` holds our number. ``rlq report`` walks this list. Keys are read
+with today's method names, also from results published under an older name
+(:func:`rlq.experiments.results.normalize_method_names`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from rlq.experiments.results import normalize_method_names
 
 Results = dict[str, Any]
 
@@ -31,7 +35,7 @@ class Claim:
 
 def _get(*keys: str) -> Callable[[Results], float | None]:
     def read(results: Results) -> float | None:
-        value: Any = results
+        value: Any = normalize_method_names(results)
         for key in keys:
             if not isinstance(value, dict) or key not in value:
                 return None
@@ -51,7 +55,7 @@ def _scaled(read: Callable[[Results], float | None], factor: float) -> Callable[
 
 def _max_of(key: str) -> Callable[[Results], float | None]:
     def read(results: Results) -> float | None:
-        values = results.get(key)
+        values = normalize_method_names(results).get(key)
         if not isinstance(values, dict) or not values:
             return None
         numbers = [float(v) for v in values.values() if isinstance(v, (int, float))]

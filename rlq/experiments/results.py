@@ -1,19 +1,66 @@
 """Committed results: small CSVs of full-scale runs under ``data/results/`` that notebooks show without retraining.
 
 ``rlq publish RUN_DIR`` copies a finished run's top-level CSVs with its ``params.json`` and ``results.json``
-into ``data/results/<experiment>/<preset>/``; notebooks read them back with :func:`load_committed`.
+into ``data/results/<experiment>/<preset>/``; notebooks read them back with :func:`load_committed` and
+:func:`load_committed_results`. Results published before a method was renamed keep their old names on disk;
+both readers map them to today's (:func:`normalize_method_names`), so the committed files need no rewrite.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.paths import data_dir
 from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE
+
+LEGACY_METHOD_NAMES = {"gradual": "pruning", "magnitude_pruning": "pruning"}
+"""Earlier names of a compression method -> its name today: Zhu & Gupta's iterative-pruning baseline is ``pruning``."""
+
+_LEGACY_WORD = re.compile(
+    r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, LEGACY_METHOD_NAMES)) + r")(?![A-Za-z0-9])"
+)
+
+Named = TypeVar("Named", pd.DataFrame, dict)
+
+
+def _rename(text: Any) -> Any:
+    return (
+        _LEGACY_WORD.sub(lambda m: LEGACY_METHOD_NAMES[m.group(1)], text) if isinstance(text, str) else text
+    )
+
+
+def normalize_method_names(data: Named) -> Named:
+    """Return ``data`` with every legacy method name (:data:`LEGACY_METHOD_NAMES`) replaced by today's.
+
+    A table: the values of its ``method`` column and the words of its column labels (``"ours gradual"`` becomes
+    ``"ours pruning"``). A ``results.json`` or ``params.json`` dict: its keys (``gradual_test_accuracy``,
+    ``gradual_final_sparsity``) and its string values, in lists and nested dicts too. A name is replaced
+    where it stands as a word or before an underscore, not inside another word.
+    """
+    if isinstance(data, pd.DataFrame):
+        frame = data.rename(columns=_rename)
+        if "method" in frame.columns:
+            frame["method"] = frame["method"].map(
+                lambda v: LEGACY_METHOD_NAMES.get(v, v) if isinstance(v, str) else v
+            )
+        return frame
+    if isinstance(data, dict):
+        return {_rename(k): _normalize_value(v) for k, v in data.items()}
+    raise TypeError(f"expected a pandas DataFrame or a dict, got {type(data).__name__}")
+
+
+def _normalize_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return normalize_method_names(value)
+    if isinstance(value, list):
+        return [_normalize_value(v) for v in value]
+    return LEGACY_METHOD_NAMES.get(value, value) if isinstance(value, str) else value
 
 
 def committed_dir(experiment: str, preset: str) -> Path:
@@ -22,9 +69,15 @@ def committed_dir(experiment: str, preset: str) -> Path:
 
 
 def load_committed(experiment: str, preset: str, table: str) -> pd.DataFrame | None:
-    """Return the committed table ``<table>.csv`` of ``experiment`` at ``preset``, or None if there is none."""
+    """Return the committed table ``<table>.csv`` of ``experiment`` at ``preset`` (method names as today), or None."""
     path = committed_dir(experiment, preset) / f"{table}.csv"
-    return pd.read_csv(path) if path.exists() else None
+    return normalize_method_names(pd.read_csv(path)) if path.exists() else None
+
+
+def load_committed_results(experiment: str, preset: str) -> dict[str, Any] | None:
+    """Return the committed ``results.json`` of ``experiment`` at ``preset`` (method names as today), or None."""
+    path = committed_dir(experiment, preset) / RESULTS_FILE
+    return normalize_method_names(read_json(path)) if path.exists() else None
 
 
 def publish(run_dir: str | Path, overwrite: bool = False, dest: str | Path | None = None) -> Path:
