@@ -21,12 +21,12 @@ import time
 import torch
 from torch import Tensor
 
+from rlq.core.validation import check_non_negative_int, check_positive_int
+
 
 def check_block_size(block_size: int) -> int:
     """Return ``block_size`` if it is a positive int, else raise ValueError saying what was given."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-    return block_size
+    return check_positive_int("block_size", block_size)
 
 
 def _check_divides(shape: torch.Size | tuple[int, ...], block_size: int) -> tuple[int, int]:
@@ -223,7 +223,7 @@ def residue_permutation(size: int, block_size: int, factor: int = 2) -> Tensor:
     ``v[(f*(a - b) + p - q) mod B]``, which for fixed residues ``p, q`` depends on ``a - b`` mod B/f only.
     """
     check_block_size(block_size)
-    check_block_size(factor)
+    check_positive_int("factor", factor)
     if block_size % factor:
         raise ValueError(f"factor {factor} must divide block_size {block_size}")
     if size % block_size:
@@ -306,8 +306,9 @@ def measure_forward_paths(
     """
     check_block_size(block_size)
     _check_divides((out_features, in_features), block_size)
-    if batch < 1 or repeats < 1 or warmup < 0:
-        raise ValueError(f"batch and repeats must be >= 1 and warmup >= 0, got {batch}, {repeats}, {warmup}")
+    check_positive_int("batch", batch)
+    check_positive_int("repeats", repeats)
+    check_non_negative_int("warmup", warmup)
     device = torch.device(device)
     generator = torch.Generator().manual_seed(0)
     shape = (out_features // block_size, in_features // block_size, block_size)

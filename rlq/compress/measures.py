@@ -18,6 +18,7 @@ from torch import nn
 from rlq.compress.block_circulant import block_size_of, circulant_vectors, is_block_circulant, stored_target
 from rlq.compress.layers import dense_weight_numel, weight_layers
 from rlq.compress.masks import mask_of
+from rlq.core.validation import check_positive_int
 
 
 def stored_weight_count(layer: nn.Module) -> int:
@@ -132,8 +133,7 @@ def weight_bytes_per_update(
     ``reduction`` is ``1 - compressed / dense``. Biases are not counted.
     """
     for label, value in (("value_bytes", value_bytes), ("index_bytes", index_bytes), ("passes", passes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_int(label, value)
     dense_bytes = compressed_bytes = 0
     for _, layer in weight_layers(module):
         numel = dense_weight_numel(layer)

@@ -26,15 +26,14 @@ from rlq.compress.layers import (
     covered_fraction_of,
 )
 from rlq.compress.masks import bake_mask_, mask_of, prune_global_l1_, prune_l1_
+from rlq.core.validation import check_fraction, check_positive_int
 
 SCOPES = ("layer", "global")
 
 
 def check_sparsity(sparsity: float, name: str = "sparsity") -> float:
     """Return ``sparsity`` as a float if it is a number in [0, 1), else raise ValueError."""
-    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0.0 <= sparsity < 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1), got {sparsity!r}")
-    return float(sparsity)
+    return check_fraction(name, sparsity, high_open=True)
 
 
 def is_pruned(layer: nn.Module) -> bool:
@@ -121,8 +120,7 @@ def gradual_sparsity(
         raise ValueError(f"initial_sparsity {initial_sparsity} exceeds final_sparsity {final_sparsity}")
     if not 0 <= start_step <= end_step:
         raise ValueError(f"need 0 <= start_step <= end_step, got {start_step} and {end_step}")
-    if update_every < 1:
-        raise ValueError(f"update_every must be >= 1, got {update_every}")
+    check_positive_int("update_every", update_every)
     if step < start_step:
         return initial_sparsity
     if step >= end_step:

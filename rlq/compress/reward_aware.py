@@ -12,6 +12,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rlq.core.validation import check_fraction, check_non_negative_int, check_positive_int
+
 
 @dataclass
 class RewardAwareConfig:
@@ -39,9 +41,7 @@ class RewardAwareConfig:
 
     def __post_init__(self) -> None:
         for name in ("initial_sparsity", "max_sparsity", "min_sparsity"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+            check_fraction(name, getattr(self, name), high_open=True)
         if not self.min_sparsity <= self.initial_sparsity <= self.max_sparsity:
             raise ValueError(
                 f"need min_sparsity <= initial_sparsity <= max_sparsity, got {self.min_sparsity}, "
@@ -53,11 +53,8 @@ class RewardAwareConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.step_size == 0:
             raise ValueError("step_size must be > 0, else the target never rises")
-        for name in ("window", "cooldown"):
-            value = getattr(self, name)
-            minimum = 1 if name == "window" else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_positive_int("window", self.window)
+        check_non_negative_int("cooldown", self.cooldown)
 
 
 class RewardAwareSparsity:

@@ -39,6 +39,7 @@ from rlq.compress.layers import (
     find_networks,
 )
 from rlq.compress.masks import bake_mask_, mask_of, prune_l1_, refresh_masked_
+from rlq.core.validation import check_positive_int
 
 
 def parameter_shift(before: Tensor, after: Tensor) -> float:
@@ -151,7 +152,7 @@ def split_blocks_exact_(network: nn.Sequential | Sequence[nn.Module], factor: in
     so the network's function is unchanged. The network's own inputs and outputs cannot be reordered, so
     its first and last layer must not be block-circulant. Pruned B-vectors keep their zeros.
     """
-    check_block_size(factor)
+    check_positive_int("factor", factor)
     layers = _check_chain(network)
     sizes = [block_size_of(layer) for layer in layers]
     count = len(layers)

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from rlq.core.validation import check_non_negative_int, check_positive_int
 from rlq.quant.layers import has_convolutions
 from rlq.quant.onnx_backend import OnnxPolicy, export_onnx
 from rlq.quant.ptq import Calibration, ptq
@@ -29,10 +30,8 @@ def measure_latency(
 
     ``warmup`` calls run first and are not timed; each of the ``repeats`` calls is timed on its own.
     """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive int, got {repeats!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    check_positive_int("repeats", repeats)
+    check_non_negative_int("warmup", warmup)
     for _ in range(warmup):
         fn(x)
     times_ns = np.empty(repeats, dtype=np.float64)
@@ -104,8 +103,7 @@ def compare_backends(
     unknown = [c for c in candidates if c not in BACKENDS]
     if unknown:
         raise ValueError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    check_positive_int("threads", threads)
     example = torch.as_tensor(example_input).float()
     array = example.numpy()
     results = {}

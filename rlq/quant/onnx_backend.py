@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from rlq.core.validation import check_positive_int
 from rlq.quant._warnings import quiet_deprecations
 from rlq.quant.ptq import Calibration, calibration_batches
 
@@ -173,8 +174,7 @@ class OnnxPolicy:
     def __init__(self, path: str | os.PathLike, threads: int = 1):
         import onnxruntime as ort
 
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        check_positive_int("threads", threads)
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"no ONNX model at {self.path}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from rlq.core.validation import check_non_negative_int
+
 
 def seed_everything(seed: int, deterministic_torch: bool = False) -> int:
     """Return ``seed`` after seeding Python's ``random``, NumPy and PyTorch (via SB3's ``set_random_seed``)."""
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_non_negative_int("seed", seed)
     from stable_baselines3.common.utils import set_random_seed
 
     set_random_seed(seed)

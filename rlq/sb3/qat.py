@@ -44,6 +44,7 @@ import torch.nn as nn
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.nn.utils import parametrize
 
+from rlq.core.validation import check_non_negative_int
 from rlq.quant import WeightFakeQuant, convert_qat_, is_qat, prepare_qat_, set_qat_enabled
 from rlq.quant.activations import INPUT_QUANTIZER, ActivationQuantizer, attach_input_quantizers
 from rlq.quant.layers import output_channel_axis
@@ -188,9 +189,7 @@ class QATCallback(BaseCallback):
     ):
         super().__init__()
         self.bits = check_bits(bits)
-        if isinstance(delay_steps, bool) or not isinstance(delay_steps, int) or delay_steps < 0:
-            raise ValueError(f"delay_steps must be a non-negative int, got {delay_steps!r}")
-        self.delay_steps = delay_steps
+        self.delay_steps = check_non_negative_int("delay_steps", delay_steps)
         self.activations = bool(activations)
         self.per_channel = bool(per_channel)
         self.convert_at_end = bool(convert_at_end)

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rlq.core.validation import check_positive_int
+
 
 class ZeroPadShortcut(nn.Module):
     """He et al.'s option-A shortcut: subsample by ``stride`` and zero-pad the extra channels (no parameters)."""
@@ -60,8 +62,7 @@ class CifarResNet(nn.Module):
         super().__init__()
         if depth < 8 or (depth - 2) % 6:
             raise ValueError(f"a CIFAR ResNet has depth 6n + 2 (20, 32, 44, 56, 110), got {depth}")
-        if width < 1:
-            raise ValueError(f"width must be a positive int, got {width}")
+        check_positive_int("width", width)
         blocks = (depth - 2) // 6
         self.depth, self.width = depth, width
         self.conv1 = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
