@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlq.core.validation import check_non_negative_int, check_positive_int
+
 ALGORITHMS = ("TD3", "DDPG", "SAC", "D4PG")
 """Off-policy algorithms the learner can run (continuous actions): SB3's, and D4PG from ``rlq.actorq.d4pg``."""
 BACKENDS = ("local", "ray")
@@ -142,32 +144,47 @@ class ActorQConfig:
 
         Raises :class:`ActorQConfigError` naming the field, the bad value and the accepted values.
         """
+        self._validate_roles()
+        self._validate_budgets()
+        self._validate_learner()
+        self._validate_engine()
+        if check_env:
+            self._check_env()
+        return self
+
+    def _bad(self, name: str, message: str) -> ActorQConfigError:
+        return ActorQConfigError(f"ActorQConfig.{name}={getattr(self, name)!r}: {message}")
+
+    def _check_int(self, name: str, minimum: int = 1) -> None:
+        """Check that field ``name`` is an int >= ``minimum`` (1 or 0) with :mod:`rlq.core.validation`."""
+        check = check_positive_int if minimum == 1 else check_non_negative_int
+        try:
+            check(f"ActorQConfig.{name}", getattr(self, name))
+        except ValueError as e:
+            raise ActorQConfigError(str(e)) from None
+
+    def _check_positive_number(self, name: str) -> None:
+        value = getattr(self, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise self._bad(name, "must be a positive number")
+
+    def _validate_roles(self) -> None:
+        """Check what is trained and who acts: environment, algorithm, actors and their precisions."""
         from rlq.quant import parse_precision
 
-        def bad(name: str, message: str) -> ActorQConfigError:
-            return ActorQConfigError(f"ActorQConfig.{name}={getattr(self, name)!r}: {message}")
-
-        def positive_int(name: str, minimum: int = 1) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise bad(name, f"must be an int >= {minimum}")
-
-        def positive_float(name: str) -> None:
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise bad(name, "must be a positive number")
-
         if not isinstance(self.env_id, str) or not self.env_id:
-            raise bad("env_id", "must be a non-empty environment id such as dm_control/cartpole-balance-v0")
+            raise self._bad(
+                "env_id", "must be a non-empty environment id such as dm_control/cartpole-balance-v0"
+            )
         if not isinstance(self.algorithm, str) or self.algorithm.upper() not in ALGORITHMS:
-            raise bad("algorithm", f"choose one of {', '.join(ALGORITHMS)}")
+            raise self._bad("algorithm", f"choose one of {', '.join(ALGORITHMS)}")
         self.algorithm = self.algorithm.upper()
-        positive_int("n_actors")
+        self._check_int("n_actors")
         for name in ("actor_precision", "comm_precision"):
             value = getattr(self, name)
             if value is None and name == "comm_precision":
@@ -175,59 +192,69 @@ class ActorQConfig:
             try:
                 spec = parse_precision(value)
             except (ValueError, TypeError) as e:
-                raise bad(name, str(e)) from None
+                raise self._bad(name, str(e)) from None
             if name == "actor_precision" and spec.name == "bf16":
-                raise bad(name, "bf16 acting is not supported; choose fp32, fp16, int8 or int2..int16")
+                raise self._bad(name, "bf16 acting is not supported; choose fp32, fp16, int8 or int2..int16")
             setattr(self, name, spec.name)
         if self.actor_backend not in ACTOR_BACKENDS:
-            raise bad("actor_backend", f"choose one of {', '.join(ACTOR_BACKENDS)}")
+            raise self._bad("actor_backend", f"choose one of {', '.join(ACTOR_BACKENDS)}")
         if self.actor_backend == "onnx" and self.actor_precision not in ("fp32", "int8"):
-            raise bad("actor_backend", f"ONNX Runtime actors act at fp32 or int8, not {self.actor_precision}")
+            raise self._bad(
+                "actor_backend", f"ONNX Runtime actors act at fp32 or int8, not {self.actor_precision}"
+            )
+
+    def _validate_budgets(self) -> None:
+        """Check the step counts, sizes and rates."""
         for name in ("update_period", "learner_steps", "batch_size", "buffer_size", "broadcast_every"):
-            positive_int(name)
+            self._check_int(name)
         for name in ("learning_starts", "max_insert_lead", "eval_every", "checkpoint_every", "seed"):
-            positive_int(name, 0)
-        positive_int("eval_episodes")
-        positive_int("max_actor_restarts", 0)
-        positive_float("samples_per_insert")
-        positive_float("learning_rate")
+            self._check_int(name, 0)
+        self._check_int("eval_episodes")
+        self._check_int("max_actor_restarts", 0)
+        self._check_positive_number("samples_per_insert")
+
+    def _validate_learner(self) -> None:
+        """Check the learner's hyperparameters and networks."""
+        self._check_positive_number("learning_rate")
         if not 0 < self.gamma <= 1:
-            raise bad("gamma", "must lie in (0, 1]")
+            raise self._bad("gamma", "must lie in (0, 1]")
         if isinstance(self.exploration_noise, bool) or not self.exploration_noise >= 0:
-            raise bad("exploration_noise", "must be a number >= 0")
+            raise self._bad("exploration_noise", "must be a number >= 0")
         for name in ("hidden_sizes", "critic_hidden_sizes"):
             sizes = getattr(self, name)
             if sizes is None and name == "critic_hidden_sizes":
                 continue
-            if (
-                not isinstance(sizes, tuple)
-                or not sizes
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
-            ):
-                raise bad(name, "must be a non-empty list of positive ints, e.g. [2048, 2048, 2048]")
+            try:
+                if not isinstance(sizes, tuple) or not sizes:
+                    raise ValueError(f"{name} is empty")
+                for size in sizes:
+                    check_positive_int(name, size)
+            except ValueError:
+                raise self._bad(
+                    name, "must be a non-empty list of positive ints, e.g. [2048, 2048, 2048]"
+                ) from None
         if self.activation not in ("relu", "tanh"):
-            raise bad("activation", "choose relu or tanh")
+            raise self._bad("activation", "choose relu or tanh")
         if not isinstance(self.hyperparams, dict):
-            raise bad("hyperparams", "must be a dict of SB3 arguments")
+            raise self._bad("hyperparams", "must be a dict of SB3 arguments")
         clash = {"policy_kwargs", "batch_size", "buffer_size", "gamma", "learning_rate", "learning_starts"}
         clash &= set(self.hyperparams)
         if clash:
-            raise bad("hyperparams", f"set {sorted(clash)} through ActorQConfig's own fields")
+            raise self._bad("hyperparams", f"set {sorted(clash)} through ActorQConfig's own fields")
+
+    def _validate_engine(self) -> None:
+        """Check where and how the run executes: Ray, threads, device, checkpoints."""
         if self.backend not in BACKENDS:
-            raise bad("backend", f"choose one of {', '.join(BACKENDS)}")
+            raise self._bad("backend", f"choose one of {', '.join(BACKENDS)}")
         if self.ray_address is not None and (self.backend != "ray" or not isinstance(self.ray_address, str)):
-            raise bad("ray_address", "is a Ray cluster address string and needs backend='ray'")
-        if self.ray_num_cpus is not None:
-            positive_int("ray_num_cpus")
-        if self.torch_threads is not None:
-            positive_int("torch_threads")
+            raise self._bad("ray_address", "is a Ray cluster address string and needs backend='ray'")
+        for name in ("ray_num_cpus", "torch_threads"):
+            if getattr(self, name) is not None:
+                self._check_int(name)
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise bad("device", "choose cpu or cuda")
-        if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str,)):
+            raise self._bad("device", "choose cpu or cuda")
+        if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, str):
             self.checkpoint_dir = str(self.checkpoint_dir)
-        if check_env:
-            self._check_env()
-        return self
 
     def _check_env(self) -> None:
         import gymnasium as gym
