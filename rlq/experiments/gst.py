@@ -543,6 +543,11 @@ def compare_methods(
     }
 
 
+def layers_of(results: Sequence[dict[str, Any]], method: str = "gst") -> pd.DataFrame | None:
+    """Return the layer table (kind, block size, stored and dense weights) of the first run of ``method``, or None."""
+    return next((r["layers"] for r in results if r["summary"]["method"] == method), None)
+
+
 def gst_start_compression(summary: pd.DataFrame) -> float | None:
     """Return the lowest compression ratio GST runs start training with (block-circulant from step 0), or None."""
     start = summary.loc[summary["method"] == "gst", "start_compression_ratio"]
