@@ -7,6 +7,7 @@ import tempfile
 import pytest
 
 from rlq.rl.agents import ALGORITHM_NAMES, latest_checkpoint, make_model, train_agent
+from rlq.rl.episodes import finished_episodes
 
 TINY = {"policy_kwargs": {"net_arch": [8]}}
 ON_POLICY = {"n_steps": 32, **TINY}
@@ -24,6 +25,18 @@ def test_every_algorithm_builds_and_learns(algo, tmp_path, monkeypatch):
     model.learn(64)
     assert model.num_timesteps >= 64
     assert not list(tmp_path.glob("SB3-*"))
+
+
+def test_finished_episodes_reads_monitor_entries_and_skips_the_rest():
+    infos = [
+        {"episode": {"r": 12.5, "l": 13, "t": 0.1}},
+        {},
+        None,
+        "not a dict",
+        {"episode": {"r": -1, "l": 4.0}, "terminal_observation": [0.0]},
+    ]
+    assert finished_episodes(infos) == [(12.5, 13), (-1.0, 4)]
+    assert finished_episodes(None) == [] and finished_episodes([]) == []
 
 
 def test_bad_algorithm_and_hyperparameter_are_named():

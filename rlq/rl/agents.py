@@ -21,6 +21,7 @@ from stable_baselines3.common.logger import CSVOutputFormat, Logger
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.rl.envs import is_atari, make_vec_env
+from rlq.rl.episodes import finished_episodes
 from rlq.rl.seeding import seed_everything
 
 ALGORITHM_NAMES = ("A2C", "PPO", "DQN", "TD3", "SAC", "DDPG")
@@ -143,17 +144,15 @@ class EpisodeRecorder(BaseCallback):
         return self.wall_offset + time.perf_counter() - self._start
 
     def _on_step(self) -> bool:
-        for info in self.locals.get("infos", []):
-            episode = info.get("episode")
-            if episode is not None:
-                self.rows.append(
-                    dict(
-                        timestep=self.num_timesteps,
-                        episode_return=float(episode["r"]),
-                        episode_length=int(episode["l"]),
-                        wall_time_s=self.wall_time(),
-                    )
+        for episode_return, episode_length in finished_episodes(self.locals.get("infos")):
+            self.rows.append(
+                dict(
+                    timestep=self.num_timesteps,
+                    episode_return=episode_return,
+                    episode_length=episode_length,
+                    wall_time_s=self.wall_time(),
                 )
+            )
         return True
 
     def frame(self) -> pd.DataFrame:
@@ -311,51 +310,23 @@ def train_agent(
             policy=policy,
             env_kwargs=env_kwargs,
         )
-        rows, wall_offset, resumed = [], 0.0, None
+        rows, saved_state = [], {}
     else:
-        steps, path = found
-        env = make_vec_env(
-            env_id, n_envs=n_envs, seed=seed + steps, **(env_kwargs or {})
-        )  # fresh episodes, not a replay of the first
-        replay = ckpt_dir / f"replay_{steps}_steps.pkl"
-        try:
-            if load_model is None:
-                model = algorithm_class(algo).load(path, env=env)
-            else:
-                model = load_model(algorithm_class(algo), path, env)
-            if replay.exists():
-                model.load_replay_buffer(replay)
-        except Exception as e:  # a truncated or foreign file: say which one, and how to go on
-            raise RuntimeError(
-                f"checkpoint {path} (or its replay buffer) cannot be loaded: {type(e).__name__}: {e}. "
-                "Move it away to resume from the previous checkpoint."
-            ) from e
-        rows = pd.read_csv(ckpt_dir / f"curve_{steps}_steps.csv").to_dict("records")
-        saved_state = read_json(ckpt_dir / f"state_{steps}_steps.json")
-        wall_offset = float(saved_state.get("wall_time_s", 0.0))
-        resumed = steps
+        model = _load_checkpoint(algo, env_id, found, seed, n_envs, load_model, env_kwargs)
+        rows = pd.read_csv(ckpt_dir / f"curve_{found[0]}_steps.csv").to_dict("records")
+        saved_state = read_json(ckpt_dir / f"state_{found[0]}_steps.json")
     model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv"))
-    recorder = EpisodeRecorder(rows, wall_offset)
-    callbacks: list[BaseCallback] = [recorder]
-    checkpointer = None
-    if ckpt_dir is not None:
-        checkpointer = Checkpointer(ckpt_dir, checkpoint_every, recorder, save_model=save_model)
-        callbacks.append(checkpointer)
+    recorder = EpisodeRecorder(rows, float(saved_state.get("wall_time_s", 0.0)))
     user_callbacks = [] if callback is None else callback if isinstance(callback, list) else [callback]
     stateful = stateful_callbacks(user_callbacks)
-    if checkpointer is not None:
-        checkpointer.stateful = stateful
-    if found is not None and stateful:
-        saved = saved_state.get("callbacks", {})
-        missing = sorted(set(stateful) - set(saved))
-        if missing:
-            raise RuntimeError(
-                f"checkpoint {found[1]} holds no state for the callbacks {missing}; resume with the callbacks "
-                "it was trained with, or start a new run folder"
-            )
-        for key, stateful_callback in stateful.items():
-            stateful_callback.load_state_dict(saved[key])
-    callbacks.extend(user_callbacks)
+    if found is not None:
+        _restore_callback_states(stateful, saved_state, found[1])
+    checkpointer = None
+    if ckpt_dir is not None:
+        checkpointer = Checkpointer(
+            ckpt_dir, checkpoint_every, recorder, save_model=save_model, stateful=stateful
+        )
+    callbacks = [recorder, *([checkpointer] if checkpointer is not None else []), *user_callbacks]
     remaining = total_timesteps - model.num_timesteps
     if remaining > 0:
         model.learn(remaining, callback=CallbackList(callbacks), reset_num_timesteps=False)
@@ -364,7 +335,52 @@ def train_agent(
         last = checkpointer.save()
     elif found is not None:
         last = found[1]
+    resumed = found[0] if found is not None else None
     return TrainedAgent(model, recorder.frame(), recorder.wall_time(), resumed, last)
+
+
+def _load_checkpoint(
+    algo: str,
+    env_id: str,
+    found: tuple[int, Path],
+    seed: int,
+    n_envs: int,
+    load_model: Callable[[type, Path, Any], Any] | None,
+    env_kwargs: dict[str, Any] | None,
+):
+    """Return the model of checkpoint ``found`` (``(timesteps, path)``) with its replay buffer, on fresh envs."""
+    steps, path = found
+    # seeded past the first run's seed: fresh episodes, not a replay of the first
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed + steps, **(env_kwargs or {}))
+    replay = path.parent / f"replay_{steps}_steps.pkl"
+    try:
+        if load_model is None:
+            model = algorithm_class(algo).load(path, env=env)
+        else:
+            model = load_model(algorithm_class(algo), path, env)
+        if replay.exists():
+            model.load_replay_buffer(replay)
+    except Exception as e:  # a truncated or foreign file: say which one, and how to go on
+        raise RuntimeError(
+            f"checkpoint {path} (or its replay buffer) cannot be loaded: {type(e).__name__}: {e}. "
+            "Move it away to resume from the previous checkpoint."
+        ) from e
+    return model
+
+
+def _restore_callback_states(stateful: dict[str, Any], saved_state: dict[str, Any], path: Path) -> None:
+    """Load each stateful callback's state from a checkpoint's state file, or raise naming what is missing."""
+    if not stateful:
+        return
+    saved = saved_state.get("callbacks", {})
+    missing = sorted(set(stateful) - set(saved))
+    if missing:
+        raise RuntimeError(
+            f"checkpoint {path} holds no state for the callbacks {missing}; resume with the callbacks "
+            "it was trained with, or start a new run folder"
+        )
+    for key, callback in stateful.items():
+        callback.load_state_dict(saved[key])
 
 
 def load_agent(run_folder: str | Path, env_id: str | None = None):
