@@ -34,7 +34,7 @@ def test_compress_policy_counts_by_hand_and_leaves_the_original(agent):
     _, _, ratio_bc = compress_policy(agent.policy, TunerSettings(method="block_circulant", block_size=2))
     assert ratio_bc == pytest.approx(2 * 128 / _dense_count())
     _, _, ratio_all = compress_policy(
-        agent.policy, TunerSettings(method="magnitude_pruning", sparsity=0.5, skip_first_last=False)
+        agent.policy, TunerSettings(method="pruning", sparsity=0.5, skip_first_last=False)
     )
     kept = sum(round(n * 0.5) for n in (64, 256, 32, 64, 256, 16))
     assert ratio_all == pytest.approx(1 - kept / _dense_count())

@@ -22,10 +22,11 @@ from torch import nn
 from rlq.compress import block_circulant_, compression_ratio, layer_report, magnitude_prune_
 from rlq.experiments.paths import default_runs_dir
 from rlq.experiments.runs import new_run_dir, utc_stamp, write_json
+from rlq.rl.episodes import finished_episodes
 from rlq.rl.evaluate import evaluate
 from rlq.sb3.networks import copy_policy, named_layers
 
-METHODS = ("none", "block_circulant", "magnitude_pruning", "gst")
+METHODS = ("none", "block_circulant", "pruning", "gst")
 BLOCK_SIZES = (2, 4, 8)
 BITS = (32, 16, 8, 6, 4, 3, 2)
 
@@ -35,7 +36,7 @@ class TunerSettings:
     """One point of the tuner's search space."""
 
     method: str = "gst"
-    """``none``, ``block_circulant``, ``magnitude_pruning`` or ``gst`` (block-circulant, then its vectors pruned)."""
+    """``none``, ``block_circulant``, ``pruning`` (magnitude pruning) or ``gst`` (block-circulant, then its vectors pruned)."""
     block_size: int = 4
     """Block size B of block-circulant layers."""
     sparsity: float = 0.5
@@ -72,7 +73,7 @@ def compress_policy(
         block_circulant_(
             compressed, settings.block_size, skip_first_last=False, networks=[[n] for n in layers]
         )
-    if settings.method in ("magnitude_pruning", "gst") and settings.sparsity > 0:
+    if settings.method in ("pruning", "gst") and settings.sparsity > 0:
         magnitude_prune_(compressed, settings.sparsity, layers=layers)
     report = layer_report(compressed)
     ratio = compression_ratio(compressed)
@@ -412,7 +413,7 @@ def _training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | Non
     """Return ``(method, gst settings, pruning settings)`` of train_compressed for the tuner's settings."""
     if settings.method == "none":
         return "dense", None, None
-    if settings.method == "magnitude_pruning":
+    if settings.method == "pruning":
         return (
             "pruning",
             None,
@@ -439,9 +440,8 @@ class _LiveTraining(BaseCallback):
         self.tuner, self.every, self.returns = tuner, every, []
 
     def _on_step(self) -> bool:
-        for info in self.locals.get("infos", []):
-            if "episode" in info:
-                self.returns.append((self.num_timesteps, float(info["episode"]["r"])))
+        for episode_return, _ in finished_episodes(self.locals.get("infos")):
+            self.returns.append((self.num_timesteps, episode_return))
         self.tuner.train_progress.value = min(self.num_timesteps, self.tuner.train_progress.max)
         if self.n_calls % self.every == 0:
             self.refresh(self._compression_callback(), None)
