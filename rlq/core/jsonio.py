@@ -31,15 +31,22 @@ def json_safe(value: Any, name: str = "value", strict: bool = False) -> Any:
     return value
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
-    """Return the JSON object stored at ``path`` ({} when the file does not exist)."""
+def read_json(path: str | Path, what_to_do: str = "") -> dict[str, Any]:
+    """Return the JSON object stored at ``path`` ({} when the file does not exist).
+
+    A damaged file raises ValueError naming it, followed by ``what_to_do`` (e.g. which file to delete).
+    """
     path = Path(path)
     if not path.exists():
         return {}
-    with open(path) as f:
-        data = json.load(f)
+    advice = f"; {what_to_do}" if what_to_do else ""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged: not valid JSON ({e}){advice}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path} does not hold a JSON object")
+        raise ValueError(f"{path} is damaged: it does not hold a JSON object{advice}")
     return data
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlq.experiments.constraints import Constraint, ConstraintError, check_value, parse_constraint
 from rlq.experiments.paths import notebooks_dir
 
 REQUIRED_PRESETS = ("quick", "paper")
@@ -33,6 +34,16 @@ class Parameter:
     name: str
     default: Any
     comment: str
+    constraint: Constraint = field(default_factory=Constraint)
+    """What a value must satisfy beyond its type (declared at the end of the comment; see
+    :mod:`rlq.experiments.constraints`)."""
+
+    def check(self, value: Any, source: str = "") -> None:
+        """Raise ExperimentError naming the parameter (and ``source``) when ``value`` breaks its constraint."""
+        try:
+            check_value(self.name, value, self.default, self.constraint)
+        except ConstraintError as e:
+            raise ExperimentError(f"{e}{f' ({source})' if source else ''}") from None
 
     @property
     def type_name(self) -> str:
@@ -78,12 +89,20 @@ class Experiment:
     ) -> dict[str, Any]:
         """Return the full parameter dict: defaults, then the preset, then ``-p KEY VALUE`` overrides."""
         values = {name: p.default for name, p in self.parameters.items()}
+        sources = {name: "its default" for name in values}
         if preset is not None:
             if preset not in self.presets:
                 raise ExperimentError(
                     f"experiment {self.name!r} has no preset {preset!r}; its presets are: {', '.join(self.presets)}"
                 )
             values.update(self.presets[preset])
+            sources.update({name: f"preset {preset!r}" for name in self.presets[preset]})
+        keys = [key for key, _ in overrides or []]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ExperimentError(
+                f"parameter(s) {', '.join(map(repr, repeated))} given more than once with -p"
+            )
         for key, text in overrides or []:
             if key not in self.parameters:
                 raise ExperimentError(
@@ -91,6 +110,9 @@ class Experiment:
                     f"{', '.join(self.parameters)}"
                 )
             values[key] = parse_value(text, self.parameters[key])
+            sources[key] = f"-p {key} {text}"
+        for name, value in values.items():
+            self.parameters[name].check(value, sources[name])
         return values
 
 
@@ -210,10 +232,14 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ExperimentError(f"{path}: no cell tagged 'parameters'")
     source = _cell_source(params_cell)
     comments = _line_comments(source)
-    parameters = {
-        name: Parameter(name, value, comments.get(line, ""))
-        for name, value, line in _literal_assignments(source, f"{path.name} parameters cell")
-    }
+    parameters = {}
+    for name, value, line in _literal_assignments(source, f"{path.name} parameters cell"):
+        comment = comments.get(line, "")
+        try:
+            constraint = parse_constraint(comment, f"{path.name} parameters cell, {name}")
+        except ConstraintError as e:
+            raise ExperimentError(str(e)) from None
+        parameters[name] = Parameter(name, value, comment, constraint)
 
     presets: dict[str, dict[str, Any]] = {}
     wall_times: dict[str, str] = {}

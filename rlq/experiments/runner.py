@@ -10,16 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlq.experiments.registry import Experiment, get_experiment
+from rlq.core.jsonio import read_json, write_json
+from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
 from rlq.experiments.runs import (
     NOTEBOOK_FILE,
     PARAMS_FILE,
     RESULTS_FILE,
     RUN_DIR_ENV,
+    RUNNER_FILE,
+    Heartbeat,
     new_run_dir,
-    read_json,
+    run_state,
     utc_stamp,
-    write_json,
 )
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,9 @@ def execute(
     os.environ[RUN_DIR_ENV] = str(path)  # the kernel inherits it; rlq.record() writes there
     start = time.perf_counter()
     status, error = "ok", None
+    heartbeat = Heartbeat(path)
     try:
+        heartbeat.start()
         pm.execute_notebook(
             str(experiment.path),
             str(path / NOTEBOOK_FILE),
@@ -89,6 +93,7 @@ def execute(
     except Exception as exc:  # any failure of the notebook or its kernel is the run's result, not a crash
         status, error = "failed", _error_text(exc)
     finally:
+        heartbeat.stop()
         if previous_env is None:
             os.environ.pop(RUN_DIR_ENV, None)
         else:
@@ -115,8 +120,29 @@ def run_experiment(
     experiment = get_experiment(name)
     params = experiment.resolve(preset, overrides)
     experiment.check_requirements()
-    path = new_run_dir(out, experiment.name)
-    return execute(experiment, params, path, preset=preset, **kwargs)
+    return execute(experiment, params, create_run_dir(out, experiment.name), preset=preset, **kwargs)
+
+
+def check_out_dir(out: str | Path) -> Path:
+    """Return ``out`` if run folders can be created under it (creating nothing), else raise ExperimentError."""
+    out = Path(out)
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ExperimentError(f"--out {out}: {existing} is a file, not a folder for run folders")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ExperimentError(f"--out {out}: cannot create a run folder there ({existing} is not writable)")
+    return out
+
+
+def create_run_dir(out: str | Path, name: str) -> Path:
+    """Return a new run folder for experiment ``name`` under ``out``, or raise ExperimentError saying why not."""
+    out = check_out_dir(out)
+    try:
+        return new_run_dir(out, name)
+    except OSError as e:
+        raise ExperimentError(f"--out {out}: cannot create a run folder there ({e.strerror or e})") from None
 
 
 def resume_run(path: str | Path, rerun: bool = False, **kwargs: Any) -> RunOutcome:
@@ -132,6 +158,12 @@ def resume_run(path: str | Path, rerun: bool = False, **kwargs: Any) -> RunOutco
     if not params_file.is_file():
         raise FileNotFoundError(f"{path} is not a run folder (no {PARAMS_FILE})")
     previous = read_json(results_file)
+    if run_state(path, previous) == "running":
+        runner = read_json(path / RUNNER_FILE)
+        raise ValueError(
+            f"{path} is still running (pid {runner.get('pid')} on {runner.get('host')}, heartbeat "
+            f"{runner.get('at')}); wait for it or stop it before resuming"
+        )
     if previous.get("status") == "ok" and not rerun:
         raise ValueError(
             f"{path} finished successfully; start a new run, or pass --rerun to analyse its checkpoints again"

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
+import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,12 @@ RUN_DIR_ENV = "RLQ_RUN_DIR"
 RESULTS_FILE = "results.json"
 PARAMS_FILE = "params.json"
 NOTEBOOK_FILE = "output.ipynb"
+RUNNER_FILE = "runner.json"
+"""Who executes the run (pid, host) and its heartbeat, rewritten by the runner while the notebook runs."""
+HEARTBEAT_SECONDS = 15.0
+"""Seconds between two heartbeats of a live runner."""
+STALE_AFTER_SECONDS = 120.0
+"""A running run whose runner sits on another host is taken as dead when its heartbeat is this old."""
 #: Keys of results.json owned by the runner; a notebook may not record them.
 RESERVED_KEYS = frozenset({"status", "error", "experiment", "preset", "run_seconds", "started", "finished"})
 
@@ -83,3 +92,85 @@ def list_runs(parent: str | Path, experiment: str | None = None) -> list[Path]:
     parent = Path(parent)
     pattern = f"{experiment or '*'}/*/{RESULTS_FILE}"
     return sorted((p.parent for p in parent.glob(pattern)), key=lambda p: p.name)
+
+
+def write_heartbeat(path: str | Path) -> None:
+    """Write this process's pid, host and the current time into the run folder's ``runner.json``."""
+    write_json(
+        Path(path) / RUNNER_FILE,
+        {"pid": os.getpid(), "host": socket.gethostname(), "heartbeat": time.time(), "at": utc_stamp()},
+    )
+
+
+class Heartbeat:
+    """Rewrite ``runner.json`` every ``HEARTBEAT_SECONDS`` in a daemon thread while a run executes.
+
+    A separate file from ``results.json``, which the notebook's kernel rewrites with :func:`record`: a
+    second writer there could lose a recorded number.
+    """
+
+    def __init__(self, path: str | Path, every: float = HEARTBEAT_SECONDS):
+        self.path, self.every = Path(path), every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="rlq-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                write_heartbeat(self.path)
+            except OSError:  # a full disk or a removed folder must not kill the run
+                pass
+
+    def start(self) -> Heartbeat:
+        """Return this heartbeat after writing the first beat and starting the thread."""
+        write_heartbeat(self.path)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating (safe to call when :meth:`start` failed or never ran)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def run_state(path: str | Path, results: dict[str, Any] | None = None, now: float | None = None) -> str:
+    """Return a run folder's state: its recorded status, with a dead ``running`` run as ``interrupted``.
+
+    A run is live when its runner's process exists on this host (and its heartbeat is fresh), or, on
+    another host, when its heartbeat is younger than ``STALE_AFTER_SECONDS``. A ``running`` run with no
+    ``runner.json`` (killed before its first heartbeat, or made by an older rlq) counts as interrupted.
+    """
+    path = Path(path)
+    results = read_json(path / RESULTS_FILE) if results is None else results
+    status = results.get("status", "unknown")
+    if status != "running":
+        return status
+    try:
+        runner = read_json(path / RUNNER_FILE)
+    except ValueError:
+        runner = {}
+    if not runner:
+        return "interrupted"
+    age = (time.time() if now is None else now) - float(runner.get("heartbeat", 0))
+    if runner.get("host") == socket.gethostname():
+        alive = _pid_alive(int(runner.get("pid", -1))) and age < STALE_AFTER_SECONDS
+    else:
+        alive = age < STALE_AFTER_SECONDS
+    return "running" if alive else "interrupted"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from rlq.experiments.paths import default_runs_dir
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment, list_experiments
@@ -55,7 +58,7 @@ def _summary_line(name: str, outcome) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from rlq.experiments.runner import resume_run, run_experiment
+    from rlq.experiments.runner import check_out_dir, resume_run, run_experiment
 
     if args.rerun and not args.resume:
         raise ExperimentError("--rerun goes with --resume RUN_DIR")
@@ -70,6 +73,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         if not args.name:
             raise ExperimentError("rlq run needs an experiment NAME (see `rlq list`) or --resume RUN_DIR")
+        experiment = get_experiment(args.name)  # every input is checked before anything is announced
+        experiment.resolve(args.preset, [tuple(p) for p in args.param])
+        experiment.check_requirements()
+        check_out_dir(args.out)
         print(f"rlq: running {args.name} (preset {args.preset or 'defaults'})", file=sys.stderr)
         outcome = run_experiment(
             args.name,
@@ -112,6 +119,21 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     from rlq.experiments.results import publish
 
     print(publish(args.run_dir, overwrite=args.overwrite))
+    return 0
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from rlq.core.jsonio import read_json
+    from rlq.experiments.runs import RESULTS_FILE, list_runs, run_state
+
+    for path in list_runs(args.runs, args.name):
+        try:
+            results = read_json(path / RESULTS_FILE)
+        except ValueError as e:
+            print(f"{path}  unreadable ({e})")
+            continue
+        state = run_state(path, results)
+        print(f"{path}  {state}  preset={results.get('preset')}  started={results.get('started')}")
     return 0
 
 
@@ -165,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")
     p.set_defaults(func=_cmd_run)
 
+    p = sub.add_parser("runs", help="list run folders and their state (ok, failed, running, interrupted)")
+    p.add_argument("name", nargs="?", help="only this experiment's runs")
+    p.add_argument(
+        "--runs", type=Path, default=default_runs_dir(), help="parent of run folders (default: runs/)"
+    )
+    p.set_defaults(func=_cmd_runs)
+
     p = sub.add_parser("reproduce", help="run every experiment at one preset and summarise")
     p.add_argument("--preset", default="quick")
     p.add_argument("--out", type=Path, default=default_runs_dir())
@@ -188,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``rlq`` command line and return its exit code (2 for bad input)."""
     args = build_parser().parse_args(argv)
+    previous = _stop_on_sigterm()
     try:
         return args.func(args)
     except (ExperimentError, FileNotFoundError, FileExistsError, ValueError) as e:
@@ -196,6 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlq: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stop_on_sigterm() -> Any:
+    """Return the previous SIGTERM handler after making SIGTERM stop a run as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from rlq.core.jsonio import read_json
 from rlq.experiments.claims import CLAIMS, Claim
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir
-from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE, list_runs, read_json
+from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE, list_runs, run_state
 
 PRESET_RANK = {"paper": 3, "medium": 2, "quick": 1}
 
@@ -53,7 +54,7 @@ def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) ->
             RunRecord(
                 results.get("experiment") or path.parent.name,
                 results.get("preset"),
-                results.get("status", "unknown"),
+                run_state(path, results),  # a killed run shows as interrupted, not running
                 str(path),
                 read_json(path / PARAMS_FILE),
                 results,

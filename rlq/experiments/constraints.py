@@ -1,0 +1,172 @@
+"""Constraints a notebook declares for its parameters, checked before a kernel starts.
+
+A parameter's comment may end with a bracket of ``key=value`` pairs, beside its literal::
+
+    timesteps = 20000  # environment steps per run [min=1]
+    delay_fraction = 0.5  # share of training before fake quantization starts [min=0 max=1]
+    algorithm = "PPO"  # SB3 algorithm [kind=algorithm]
+    env_id = "CartPole-v1"  # Gymnasium id [kind=env_id]
+    bit_widths = [8, 6, 4]  # bit widths swept [items=int min=2 max=16 min_len=1]
+    method = "gst"  # compression [choices=dense,pruning,gst]
+
+Keys: ``min``/``max`` (inclusive) and ``gt``/``lt`` (exclusive) bounds; ``choices`` (comma-separated);
+``items`` (the type of a list's items: int, float, str or bool); ``min_len`` (a list's shortest length);
+``kind`` (``env_id``: a registered environment; ``algorithm``: an SB3 algorithm name); ``nonfinite=ok``
+(NaN and infinity are meaningful here). For a list, bounds, choices and kind apply to every item.
+
+Whatever is declared or not, a float that is NaN or infinite is rejected (unless ``nonfinite=ok``), and
+the items of a list whose default holds items of one type must have that type.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+ITEM_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+KINDS = ("env_id", "algorithm")
+_BRACKET = re.compile(r"\[((?:\s*\w+=[^\]\s]+)+)\s*\]\s*$")
+
+
+class ConstraintError(ValueError):
+    """A parameter's value breaks its declared constraint (or a notebook declares a malformed one)."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a parameter's value must satisfy beyond its type."""
+
+    min: float | None = None
+    max: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+    choices: tuple[str, ...] | None = None
+    items: type | None = None
+    min_len: int | None = None
+    kind: str | None = None
+    nonfinite: bool = False
+
+    def describe(self) -> str:
+        """Return the constraint in words, e.g. ``>= 1, <= 16``."""
+        parts = []
+        for key, op in (("min", ">="), ("gt", ">"), ("max", "<="), ("lt", "<")):
+            if getattr(self, key) is not None:
+                parts.append(f"{op} {getattr(self, key):g}")
+        if self.choices:
+            parts.append("one of " + ", ".join(self.choices))
+        if self.kind:
+            parts.append("a known " + self.kind.replace("_", " "))
+        return ", ".join(parts)
+
+
+def parse_constraint(comment: str, where: str) -> Constraint:
+    """Return the constraint declared at the end of a parameter's ``comment`` (none declared: no bounds)."""
+    found = _BRACKET.search(comment)
+    if not found:
+        return Constraint()
+    fields: dict[str, Any] = {}
+    for pair in found.group(1).split():
+        key, _, text = pair.partition("=")
+        try:
+            if key in ("min", "max", "gt", "lt"):
+                fields[key] = float(text)
+            elif key == "choices":
+                fields[key] = tuple(c for c in text.split(",") if c)
+            elif key == "items":
+                fields[key] = ITEM_TYPES[text]
+            elif key == "min_len":
+                fields[key] = int(text)
+            elif key == "kind":
+                if text not in KINDS:
+                    raise KeyError(text)
+                fields[key] = text
+            elif key == "nonfinite":
+                if text != "ok":
+                    raise KeyError(text)
+                fields[key] = True
+            else:
+                raise ConstraintError(
+                    f"{where}: unknown constraint key {key!r} in [{found.group(1).strip()}]"
+                )
+        except (KeyError, ValueError) as e:
+            if isinstance(e, ConstraintError):
+                raise
+            raise ConstraintError(f"{where}: cannot read constraint {pair!r}") from None
+    return Constraint(**fields)
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    return False
+
+
+def _default_item_type(default: Any) -> type | None:
+    if not isinstance(default, list) or not default:
+        return None
+    kinds = {type(v) for v in default}
+    return kinds.pop() if len(kinds) == 1 and kinds <= set(ITEM_TYPES.values()) else None
+
+
+def _type_ok(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _check_scalar(name: str, value: Any, c: Constraint) -> None:
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    bounds = (("min", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b))
+    bounds += (("max", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b))
+    for key, op, ok in bounds:
+        bound = getattr(c, key)
+        if bound is not None and numeric and not ok(value, bound):
+            raise ConstraintError(f"parameter {name!r} must be {op} {bound:g}, got {value!r}")
+    if c.choices is not None and str(value) not in c.choices:
+        raise ConstraintError(f"parameter {name!r} must be one of {', '.join(c.choices)}; got {value!r}")
+    if c.kind == "env_id":
+        from rlq.rl.envs import check_env_id
+
+        try:
+            check_env_id(value)
+        except (ValueError, ImportError) as e:
+            raise ConstraintError(f"parameter {name!r}: {e}") from None
+    elif c.kind == "algorithm":
+        from rlq.rl.agents import algorithm_class
+
+        try:
+            algorithm_class(value)
+        except (ValueError, KeyError) as e:
+            raise ConstraintError(f"parameter {name!r}: {e}") from None
+
+
+def check_value(name: str, value: Any, default: Any, constraint: Constraint) -> None:
+    """Raise ConstraintError naming ``name`` when ``value`` breaks ``constraint`` or holds NaN/infinity."""
+    if not constraint.nonfinite and _non_finite(value):
+        raise ConstraintError(
+            f"parameter {name!r} must be finite, got {value!r} (NaN and infinity are not meaningful here)"
+        )
+    if value is None:
+        return
+    if isinstance(value, list):
+        item_type = constraint.items or _default_item_type(default)
+        if constraint.min_len is not None and len(value) < constraint.min_len:
+            raise ConstraintError(
+                f"parameter {name!r} needs at least {constraint.min_len} item(s), got {value!r}"
+            )
+        for i, item in enumerate(value):
+            if item_type is not None and not _type_ok(item, item_type):
+                raise ConstraintError(
+                    f"parameter {name!r}: item {i} ({item!r}) is not a {item_type.__name__} like the others"
+                )
+            _check_scalar(f"{name}[{i}]", item, constraint)
+        return
+    _check_scalar(name, value, constraint)

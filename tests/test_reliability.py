@@ -1,0 +1,278 @@
+"""What a hostile user tries: bad values for every parameter of every notebook, bad --out folders, killed
+runs, damaged state files. Bad input exits 2 before a kernel starts and leaves no run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import REPO, run_cli
+from rlq.core.jsonio import read_json
+from rlq.experiments import runner
+from rlq.experiments.constraints import Constraint, ConstraintError, check_value, parse_constraint
+from rlq.experiments.registry import list_experiments
+from rlq.experiments.runs import RESULTS_FILE, RUNNER_FILE, run_state
+from rlq.faces.cli import main
+
+EXPERIMENTS = list_experiments(REPO / "notebooks")
+
+
+def _bad_values(param) -> list[tuple[str, str]]:
+    """Return ``(why, text)`` pairs that must be rejected for ``param``, from its default and constraint."""
+    c: Constraint = param.constraint
+    default = param.default
+    bad: list[tuple[str, str]] = []
+    if isinstance(default, bool):
+        bad.append(("wrong type", "maybe"))
+    elif isinstance(default, int):
+        bad += [("wrong type", "x"), ("wrong type", "1.5")]
+    elif isinstance(default, float):
+        bad.append(("wrong type", "x"))
+        if not c.nonfinite:
+            bad += [("non-finite", "nan"), ("non-finite", "inf")]  # "-inf" argparse reads as an option
+    elif isinstance(default, (list, dict)):
+        bad.append(("wrong type", "5"))
+    if isinstance(default, list):
+        items = c.items or (type(default[0]) if default and len({type(v) for v in default}) == 1 else None)
+        if items in (int, float):
+            bad.append(("wrong item type", '["x"]'))
+            if not c.nonfinite:
+                bad.append(("non-finite", "[1e999]"))
+        elif items is str:
+            bad.append(("wrong item type", "[1]"))
+    wrap = (lambda text: f"[{text}]") if isinstance(default, list) else (lambda text: text)
+    for key, delta in (("min", -1), ("gt", 0), ("max", 1), ("lt", 0)):
+        bound = getattr(c, key)
+        if bound is not None:
+            value = bound + delta
+            text = (
+                str(int(value))
+                if isinstance(default, int) or (default and isinstance(default[0], int))
+                else str(value)
+            )
+            bad.append((f"out of range ({key}={bound:g})", wrap(text)))
+    if c.choices:
+        bad.append(
+            ("not a choice", wrap('"no-such-choice"' if isinstance(default, list) else "no-such-choice"))
+        )
+    if c.kind == "env_id":
+        bad.append(
+            ("unknown env id", wrap('"NoSuchEnv-v9"' if isinstance(default, list) else "NoSuchEnv-v9"))
+        )
+    if c.kind == "algorithm":
+        bad.append(("unknown algorithm", wrap('"NOPE"' if isinstance(default, list) else "NOPE")))
+    return bad
+
+
+PROBES = [
+    pytest.param(exp.name, p.name, why, text, id=f"{exp.name}-{p.name}-{why}-{text}")
+    for exp in EXPERIMENTS
+    for p in exp.parameters.values()
+    for why, text in _bad_values(p)
+]
+
+
+@pytest.fixture
+def no_kernel(monkeypatch):
+    """Fail the test if anything would start a kernel."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a kernel was about to start for input that should have been rejected")
+
+    monkeypatch.setattr(runner, "execute", refuse)
+
+
+def test_every_notebook_has_probes():
+    probed = {p.values[0] for p in PROBES}
+    assert probed == {e.name for e in EXPERIMENTS}
+
+
+@pytest.mark.parametrize(("name", "param", "why", "text"), PROBES)
+def test_bad_value_exits_2_before_a_kernel_and_leaves_no_folder(
+    name, param, why, text, tmp_path, capsys, no_kernel
+):
+    out = tmp_path / "runs"
+    code = main(["run", name, "--preset", "quick", "-p", param, text, "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, f"{why}: -p {param} {text} was accepted"
+    assert param in err, f"the error does not name the parameter: {err}"
+    assert not err.startswith("rlq: running"), err
+    assert not out.exists() or not any(out.rglob("*")), "a run folder was created"
+
+
+def test_declared_constraints_hold_for_every_default_and_preset():
+    for exp in EXPERIMENTS:
+        for preset in exp.presets:
+            exp.resolve(preset)  # raises ExperimentError naming the parameter and the preset
+
+
+def test_constraint_syntax():
+    c = parse_constraint("bit widths swept [items=int min=2 max=16 min_len=1]", "here")
+    assert (c.items, c.min, c.max, c.min_len) == (int, 2.0, 16.0, 1)
+    check_value("bits", [2, 8, 16], [8], c)
+    for bad in ([1], [17], [], [8, "x"], [8.5]):
+        with pytest.raises(ConstraintError, match="bits"):
+            check_value("bits", bad, [8], c)
+    assert parse_constraint("no bracket here", "here") == Constraint()
+    with pytest.raises(ConstraintError, match="unknown constraint key"):
+        parse_constraint("x [bogus=1]", "here")
+    with pytest.raises(ConstraintError, match="cannot read"):
+        parse_constraint("x [min=abc]", "here")
+    assert parse_constraint("x [nonfinite=ok]", "here").nonfinite
+    check_value("t", float("inf"), 1.0, parse_constraint("x [nonfinite=ok]", "here"))
+    with pytest.raises(ConstraintError, match="finite"):
+        check_value("t", float("nan"), 1.0, Constraint())
+    with pytest.raises(ConstraintError, match="finite"):
+        check_value("t", float("-inf"), 1.0, Constraint())
+    # a list whose default holds ints only takes ints, declared or not
+    with pytest.raises(ConstraintError, match="item 1"):
+        check_value("bits", [8, "x"], [8, 6], Constraint())
+
+
+def test_repeated_parameter_is_rejected(tiny_notebooks, tmp_path, capsys, no_kernel):
+    code = main(["run", "tiny", "-p", "x", "1", "-p", "x", "2", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "'x'" in err and "more than once" in err
+    assert not (tmp_path / "r").exists()
+
+
+# ---- --out
+
+
+def test_out_that_is_a_file_exits_2_with_one_line(tiny_notebooks, tmp_path):
+    target = tmp_path / "a_file"
+    target.write_text("not a folder")
+    for out in (target, target / "below"):
+        result = run_cli("run", "tiny", "--out", str(out), "--quiet")
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in result.stderr and str(target) in lines[0], lines
+    assert target.read_text() == "not a folder"
+
+
+def test_read_only_out_exits_2(tiny_notebooks, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(ro)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        result = run_cli("run", "tiny", "--out", str(ro), "--quiet")
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+        assert "cannot create a run folder" in result.stderr
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+
+
+# ---- killed runs
+
+
+def _sleepy_notebook(folder: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Sleepy: a run that takes a while"),
+        nbformat.v4.new_code_cell(
+            "seconds = 60.0  # how long to sleep [min=0]", metadata={"tags": ["parameters"]}
+        ),
+        nbformat.v4.new_code_cell(
+            'PRESETS = {"quick": {}, "paper": {}}\nPRESET_WALL_TIMES = {"quick": "1 min", "paper": "1 min"}',
+            metadata={"tags": ["presets"]},
+        ),
+        nbformat.v4.new_code_cell(
+            "import time\nimport rlq\nrlq.record(started_sleeping=1)\ntime.sleep(seconds)"
+        ),
+    ]
+    nbformat.write(nb, folder / "sleepy.ipynb")
+
+
+def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _sleepy_notebook(folder)
+    out = tmp_path / "runs"
+    env = {**os.environ, "RLQ_NOTEBOOKS": str(folder)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlq.faces.cli", "run", "sleepy", "--out", str(out), "--quiet"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: the kernel dies with it under killpg
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        found = list(out.glob("sleepy/*/results.json"))
+        if found and read_json(found[0]).get("started_sleeping") == 1:
+            return proc, found[0].parent
+        time.sleep(0.5)
+    proc.kill()
+    raise AssertionError(
+        f"the run never started: {proc.stderr.read().decode()[-2000:] if proc.poll() else ''}"
+    )
+
+
+def test_killed_run_is_interrupted_not_running(tmp_path):
+    proc, run_dir = _start_run(tmp_path)
+    try:
+        assert run_state(run_dir) == "running"
+        assert read_json(run_dir / RUNNER_FILE)["pid"] == proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert read_json(run_dir / RESULTS_FILE)["status"] == "running"  # nothing could write after SIGKILL
+    assert run_state(run_dir) == "interrupted"
+    listing = run_cli("runs", "--runs", str(tmp_path / "runs"))
+    assert "interrupted" in listing.stdout and "running" not in listing.stdout.replace("interrupted", "")
+    from rlq.faces.report import collect_runs
+
+    records = [
+        r for r in collect_runs(tmp_path / "runs", tmp_path / "no_results") if r.experiment == "sleepy"
+    ]
+    assert [r.status for r in records] == ["interrupted"]
+
+
+def test_sigterm_stops_a_run_like_ctrl_c(tmp_path):
+    proc, run_dir = _start_run(tmp_path)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    results = read_json(run_dir / RESULTS_FILE)
+    assert code == 130
+    assert results["status"] == "interrupted" and "resume" in results["error"]
+    assert run_state(run_dir) == "interrupted"
+
+
+def test_resume_refuses_a_live_run(tmp_path):
+    proc, run_dir = _start_run(tmp_path)
+    try:
+        env = {"RLQ_NOTEBOOKS": str(tmp_path / "notebooks")}
+        result = run_cli("run", "--resume", str(run_dir), env=env)
+        assert result.returncode == 2 and "still running" in result.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+# ---- damaged files
+
+
+def test_damaged_json_names_the_file_and_what_to_do(tmp_path):
+    path = tmp_path / "state_100_steps.json"
+    path.write_text('{"steps": 10')
+    with pytest.raises(ValueError, match="state_100_steps.json is damaged.*delete it"):
+        read_json(path, what_to_do="delete it")
+    path.write_text(json.dumps([1, 2]))
+    with pytest.raises(ValueError, match="does not hold a JSON object"):
+        read_json(path)
