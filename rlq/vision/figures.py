@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-METHOD_COLORS = {"dense": "#636efa", "gradual": "#ef553b", "gst": "#00cc96"}
+METHOD_COLORS = {"dense": "#636efa", "pruning": "#ef553b", "gst": "#00cc96"}
 
 
 def training_figure(history: pd.DataFrame, title: str = "") -> go.Figure:

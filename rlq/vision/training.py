@@ -12,37 +12,30 @@ step of the ratio the step trained with (GST's "average compression ratio").
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from rlq.compress import (
-    GradualPruning,
-    GradualPruningConfig,
-    GSTAction,
-    GSTConfig,
-    GSTSchedule,
-    RewardAwareConfig,
-    compression_ratio,
-    load_compressed_state_dict_,
-)
+from rlq.compress import compression_ratio, load_compressed_state_dict_
 from rlq.vision.datasets import ImageData
+from rlq.vision.schedules import CompressionSchedule
 
 log = logging.getLogger(__name__)
 
 LR_SCHEDULES = ("step", "cosine", "constant")
-METHODS = ("dense", "gradual", "gst")
 HISTORY_COLUMNS = [
     "method",
     "epoch",
@@ -58,85 +51,6 @@ HISTORY_COLUMNS = [
     "phase",
     "wall_time_s",
 ]
-
-
-class CompressionSchedule(Protocol):
-    """What :func:`train_classifier` needs of a schedule (:class:`GSTSchedule` and :class:`GradualPruning` fit)."""
-
-    def apply_(
-        self, module: nn.Module, step: int, reward: float | None = None, optimizers: Any = ()
-    ) -> list[GSTAction]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-def make_schedule(
-    method: str,
-    total_steps: int,
-    steps_per_epoch: int,
-    *,
-    block_size: int = 4,
-    late_block_size: int = 0,
-    transition_at: float = 0.25,
-    bc_end: float = 0.5,
-    s_shift: float = 1.0,
-    max_sparsity: float = 0.8,
-    step_size: float = 0.05,
-    tolerance: float = 0.01,
-    window: int = 2,
-    final_sparsity: float = 0.8,
-    prune_start: float = 0.2,
-    prune_end: float = 0.8,
-) -> CompressionSchedule | None:
-    """Return the schedule of ``method`` for a classifier trained ``total_steps`` steps (None for ``"dense"``).
-
-    ``"gst"``: block-circulant with ``block_size`` from step 0 (optionally re-projected to
-    ``late_block_size`` at ``transition_at``; the exact, permutation-based transition does not apply to
-    residual networks, whose channels are tied by the shortcuts), handed over to pruning at ``bc_end``,
-    with S_shift = ``s_shift``; the reward-aware target (validation accuracy, read once per epoch) rises by
-    ``step_size`` while the windowed accuracy stays within ``tolerance`` (absolute, 0.01 = 1 %p) of its best,
-    up to ``max_sparsity``. ``"gradual"``: Zhu & Gupta from ``prune_start`` to ``prune_end`` to
-    ``final_sparsity``, updated once per epoch. Both keep the first and last layer dense (``networks="whole"``).
-    """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if method == "dense":
-        return None
-    if method == "gradual":
-        return GradualPruning(
-            GradualPruningConfig(
-                total_steps=total_steps,
-                final_sparsity=final_sparsity,
-                start_fraction=prune_start,
-                end_fraction=prune_end,
-                prune_every=steps_per_epoch,
-            )
-        )
-    blocks: tuple[tuple[float, int], ...] = ((0.0, block_size),)
-    if late_block_size and late_block_size != block_size:
-        blocks += ((transition_at, late_block_size),)
-    sparsity = RewardAwareConfig(
-        max_sparsity=max_sparsity,
-        step_size=step_size,
-        backoff=step_size,
-        window=window,
-        tolerance=0.0,
-        abs_tolerance=tolerance,
-        cooldown=1,
-    )
-    config = GSTConfig(
-        total_steps=total_steps,
-        block_schedule=blocks,
-        transition_method="projection",
-        bc_end=bc_end,
-        s_shift=s_shift,
-        prune_every=steps_per_epoch,
-        sparsity=sparsity,
-        networks="whole",
-    )
-    return GSTSchedule(config)
 
 
 def learning_rate(step: int, total_steps: int, base_lr: float, schedule: str = "step") -> float:
@@ -263,6 +177,55 @@ def train_classifier(
     built before any compression, must see the parameters in the dense model's order. Batch order and
     augmentation depend only on ``seed`` and the epoch, so a resumed run repeats an uninterrupted one.
     """
+    steps_per_epoch = _steps_per_epoch(data, epochs, batch_size, schedule)
+    lr_at = functools.partial(
+        learning_rate, total_steps=epochs * steps_per_epoch, base_lr=lr, schedule=lr_schedule
+    )
+    lr_at(0)  # validates the schedule's name
+    reward_split = _reward_split(data, schedule)
+    device = torch.device(device)
+    model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    meta = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "method": method}
+    folder = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    found = latest_classifier_checkpoint(folder) if folder is not None and folder.exists() else None
+    state = _start_or_resume(found, seed, meta, model, optimizer, schedule, device)
+    state.ratio = compression_ratio(model)
+    started = time.perf_counter()
+    epoch_range: Iterable[int] = range(state.epoch, epochs)
+    if progress:
+        from tqdm.auto import tqdm
+
+        epoch_range = tqdm(epoch_range, desc=method, initial=state.epoch, total=epochs)
+    checkpoint = found[1] if found is not None else None
+    model.train()
+    for epoch in epoch_range:
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+        batches = data.train_batches(batch_size, generator, augment)
+        row = _train_epoch(model, batches, optimizer, schedule, state, lr_at, device)
+        val_accuracy, test_accuracy = _accuracies(model, data, reward_split, eval_batch_size, device)
+        state.reward = val_accuracy if reward_split == "val" else test_accuracy
+        row.update(
+            method=method,
+            epoch=epoch + 1,
+            val_accuracy=val_accuracy,
+            test_accuracy=test_accuracy,
+            wall_time_s=state.wall_offset + time.perf_counter() - started,
+        )
+        state.rows.append(row)
+        if folder is not None:
+            checkpoint = _save_checkpoint(
+                folder, epoch + 1, state.checkpoint(meta, model, optimizer, schedule)
+            )
+    history = pd.DataFrame(state.rows, columns=HISTORY_COLUMNS)
+    wall = float(history["wall_time_s"].iloc[-1]) if len(history) else 0.0
+    return TrainedClassifier(model, history, wall, found[0] if found is not None else None, checkpoint)
+
+
+def _steps_per_epoch(
+    data: ImageData, epochs: int, batch_size: int, schedule: CompressionSchedule | None
+) -> int:
+    """Return the optimizer steps of one epoch, after checking that the schedule plans as many in all."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     steps_per_epoch = data.steps_per_epoch(batch_size)
@@ -273,113 +236,145 @@ def train_classifier(
             f"the schedule plans {planned} steps but training runs {total_steps} "
             f"({epochs} epochs of {steps_per_epoch} steps at batch {batch_size})"
         )
-    learning_rate(0, total_steps, lr, lr_schedule)  # validates the schedule's name
-    reward_split = "val" if data.val_images is not None else "test"
-    if schedule is not None and reward_split == "test":
+    return steps_per_epoch
+
+
+@dataclass
+class _TrainingState:
+    """What :func:`train_classifier` carries from epoch to epoch, and a checkpoint keeps."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    epoch: int = 0
+    """Epochs done."""
+    step: int = 0
+    """Optimizer steps done."""
+    compression_sum: float = 0.0
+    """Sum over the steps done of the compression ratio each trained with."""
+    wall_offset: float = 0.0
+    """Training seconds of earlier attempts."""
+    reward: float | None = None
+    """The newest accuracy, until the schedule has seen it."""
+    ratio: float = 0.0
+    """The model's compression ratio now."""
+
+    def checkpoint(
+        self, meta: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Any
+    ) -> dict[str, Any]:
+        """Return what a checkpoint written now holds."""
+        return {
+            "meta": meta,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict() if schedule is not None else None,
+            "history": self.rows,
+            "step": self.step,
+            "compression_sum": self.compression_sum,
+            "wall_time_s": self.rows[-1]["wall_time_s"],
+            "reward": self.reward,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+
+def _reward_split(data: ImageData, schedule: CompressionSchedule | None) -> str:
+    """Return the split whose accuracy the schedule reads: ``"val"``, else ``"test"`` (with a warning)."""
+    if data.val_images is not None:
+        return "val"
+    if schedule is not None:
         log.warning(
             "no validation split: the schedule's reward is the test accuracy (use data.with_validation)"
         )
-    device = torch.device(device)
-    model.to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return "test"
 
-    folder = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    found = latest_classifier_checkpoint(folder) if folder is not None and folder.exists() else None
-    rows: list[dict[str, Any]] = []
-    start_epoch, step, compression_sum, wall_offset, reward = 0, 0, 0.0, 0.0, None
+
+def _accuracies(
+    model: nn.Module, data: ImageData, reward_split: str, batch_size: int, device: torch.device
+) -> tuple[float | None, float]:
+    """Return ``(validation accuracy or None when the reward is the test accuracy, test accuracy)``."""
+    val_accuracy = None
+    if reward_split == "val":
+        val_accuracy = evaluate_accuracy(model, data, "val", batch_size, device)
+    return val_accuracy, evaluate_accuracy(model, data, "test", batch_size, device)
+
+
+def _start_or_resume(
+    found: tuple[int, Path] | None,
+    seed: int,
+    meta: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: CompressionSchedule | None,
+    device: torch.device,
+) -> _TrainingState:
+    """Return a fresh training state (seeding torch), or checkpoint ``found``'s after loading everything it holds.
+
+    Model, optimizer, schedule and torch's RNG are loaded from the checkpoint.
+    """
     if found is None:
         torch.manual_seed(seed)
-    else:
-        epoch_found, path = found
-        state = torch.load(path, map_location=device, weights_only=False)
-        meta = state["meta"]
-        if (meta["epochs"], meta["steps_per_epoch"], meta["method"]) != (epochs, steps_per_epoch, method):
-            raise ValueError(
-                f"checkpoint {path} is of a run with {meta['epochs']} epochs of {meta['steps_per_epoch']} steps "
-                f"({meta['method']}); this call asks for {epochs} of {steps_per_epoch} ({method})"
-            )
-        load_compressed_state_dict_(model, state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        _check_optimizer_state(optimizer, path)
-        if schedule is not None:
-            schedule.load_state_dict(state["schedule"])
-        rows = state["history"]
-        start_epoch, step = epoch_found, state["step"]
-        compression_sum, wall_offset, reward = state["compression_sum"], state["wall_time_s"], state["reward"]
-        torch.set_rng_state(state["torch_rng"])
-        log.info("resuming %s from epoch %d (%s)", method, epoch_found, path)
-
-    ratio = compression_ratio(model)
-    started = time.perf_counter()
-    epoch_range = range(start_epoch, epochs)
-    if progress:
-        from tqdm.auto import tqdm
-
-        epoch_range = tqdm(epoch_range, desc=method, initial=start_epoch, total=epochs)
-    checkpoint = found[1] if found is not None else None
-    model.train()
-    for epoch in epoch_range:
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        loss_sum, correct, seen = 0.0, 0, 0
-        for images, labels in data.train_batches(batch_size, generator, augment):
-            if schedule is not None and schedule.apply_(model, step, reward, [optimizer]):
-                ratio = compression_ratio(model)
-            reward = None  # each new accuracy reaches the schedule once
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, total_steps, lr, lr_schedule)
-            images, labels = images.to(device), labels.to(device)
-            logits = model(images)
-            loss = F.cross_entropy(logits, labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += float(loss.detach()) * len(labels)
-            correct += int((logits.argmax(1) == labels).sum())
-            seen += len(labels)
-            compression_sum += ratio
-            step += 1
-        val_accuracy = (
-            evaluate_accuracy(model, data, "val", eval_batch_size, device) if reward_split == "val" else None
+        return _TrainingState()
+    epoch, path = found
+    saved = torch.load(path, map_location=device, weights_only=False)
+    old = saved["meta"]
+    if {key: old[key] for key in meta} != meta:
+        raise ValueError(
+            f"checkpoint {path} is of a run with {old['epochs']} epochs of {old['steps_per_epoch']} steps "
+            f"({old['method']}); this call asks for {meta['epochs']} of {meta['steps_per_epoch']} ({meta['method']})"
         )
-        test_accuracy = evaluate_accuracy(model, data, "test", eval_batch_size, device)
-        reward = val_accuracy if reward_split == "val" else test_accuracy
-        rows.append(
-            {
-                "method": method,
-                "epoch": epoch + 1,
-                "step": step,
-                "lr": optimizer.param_groups[0]["lr"],
-                "train_loss": loss_sum / seen,
-                "train_accuracy": correct / seen,
-                "val_accuracy": val_accuracy,
-                "test_accuracy": test_accuracy,
-                "compression_ratio": ratio,
-                "avg_compression_ratio": compression_sum / step,
-                "target_sparsity": getattr(schedule, "applied_sparsity", 0.0),
-                "phase": schedule.phase(step - 1) if hasattr(schedule, "phase") else "dense",
-                "wall_time_s": wall_offset + time.perf_counter() - started,
-            }
-        )
-        if folder is not None:
-            checkpoint = _save_checkpoint(
-                folder,
-                epoch + 1,
-                {
-                    "meta": {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "method": method},
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict() if schedule is not None else None,
-                    "history": rows,
-                    "step": step,
-                    "compression_sum": compression_sum,
-                    "wall_time_s": rows[-1]["wall_time_s"],
-                    "reward": reward,
-                    "torch_rng": torch.get_rng_state(),
-                },
-            )
-    history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
-    wall = float(history["wall_time_s"].iloc[-1]) if len(history) else 0.0
-    return TrainedClassifier(model, history, wall, found[0] if found is not None else None, checkpoint)
+    load_compressed_state_dict_(model, saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    _check_optimizer_state(optimizer, path)
+    if schedule is not None:
+        schedule.load_state_dict(saved["schedule"])
+    torch.set_rng_state(saved["torch_rng"])
+    log.info("resuming %s from epoch %d (%s)", meta["method"], epoch, path)
+    return _TrainingState(
+        rows=saved["history"],
+        epoch=epoch,
+        step=saved["step"],
+        compression_sum=saved["compression_sum"],
+        wall_offset=saved["wall_time_s"],
+        reward=saved["reward"],
+    )
+
+
+def _train_epoch(
+    model: nn.Module,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    optimizer: torch.optim.Optimizer,
+    schedule: CompressionSchedule | None,
+    state: _TrainingState,
+    lr_at: Callable[[int], float],
+    device: torch.device,
+) -> dict[str, Any]:
+    """Return the training columns of one epoch's history row after training on ``batches``."""
+    loss_sum, correct, seen = 0.0, 0, 0
+    for images, labels in batches:
+        if schedule is not None and schedule.apply_(model, state.step, state.reward, [optimizer]):
+            state.ratio = compression_ratio(model)
+        state.reward = None  # each new accuracy reaches the schedule once
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(state.step)
+        images, labels = images.to(device), labels.to(device)
+        logits = model(images)
+        loss = F.cross_entropy(logits, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += float(loss.detach()) * len(labels)
+        correct += int((logits.argmax(1) == labels).sum())
+        seen += len(labels)
+        state.compression_sum += state.ratio
+        state.step += 1
+    return {
+        "step": state.step,
+        "lr": optimizer.param_groups[0]["lr"],
+        "train_loss": loss_sum / seen,
+        "train_accuracy": correct / seen,
+        "compression_ratio": state.ratio,
+        "avg_compression_ratio": state.compression_sum / state.step,
+        "target_sparsity": getattr(schedule, "applied_sparsity", 0.0),
+        "phase": schedule.phase(state.step - 1) if hasattr(schedule, "phase") else "dense",
+    }
 
 
 def summarize(history: pd.DataFrame, reference: str = "dense") -> pd.DataFrame:
