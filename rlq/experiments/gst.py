@@ -594,11 +594,33 @@ def sweep_numbers(table: pd.DataFrame, summary: pd.DataFrame, events: pd.DataFra
 # Classification: dense, pruning and GST on ResNet-32 (gst_classification)
 
 
+def load_classification_data(
+    cifar10_path: str,
+    *,
+    digits_size: int,
+    max_train_images: int,
+    max_test_images: int,
+    val_size: float,
+    seed: int,
+) -> ImageData:
+    """Return CIFAR-10 from ``cifar10_path`` (sklearn's digits offline when it is empty), subsampled, with a validation split.
+
+    GST's reward is the validation accuracy, so the test images never steer training.
+    """
+    from rlq.vision import load_cifar10, load_digits_images
+
+    data = (
+        load_cifar10(cifar10_path) if cifar10_path else load_digits_images(image_size=digits_size, seed=seed)
+    )
+    return data.subset(max_train_images, max_test_images, seed=seed).with_validation(val_size, seed=seed)
+
+
 def train_classifiers(
     data: ImageData,
     methods: Sequence[str],
     *,
     epochs: int,
+    batch_size: int,
     width: int,
     seed: int,
     out: str | Path,
@@ -609,12 +631,12 @@ def train_classifiers(
     """Return one ResNet-32 trained per method, each from the same initial weights and resumable from its checkpoints.
 
     ``schedule`` holds :func:`rlq.vision.make_schedule`'s knobs, ``train`` :func:`rlq.vision.train_classifier`'s
-    (``lr``, ``batch_size``, ``device``, ...). Checkpoints go to ``out/checkpoints/<method>/``; ``progress``
+    (``lr``, ``weight_decay``, ``device``, ...). Checkpoints go to ``out/checkpoints/<method>/``; ``progress``
     gets one line per trained method.
     """
     from rlq.vision import make_schedule, resnet32, train_classifier
 
-    steps_per_epoch = data.steps_per_epoch(train.get("batch_size", 128))
+    steps_per_epoch = data.steps_per_epoch(batch_size)
     results = {}
     for method in methods:
         torch.manual_seed(seed)  # the same initial weights for every method
@@ -623,6 +645,7 @@ def train_classifiers(
             model,
             data,
             epochs,
+            batch_size=batch_size,
             schedule=make_schedule(method, epochs * steps_per_epoch, steps_per_epoch, **schedule),
             seed=seed,
             method=method,
@@ -638,6 +661,20 @@ def train_classifiers(
                 f"({result.wall_time_s:.0f} s{resumed})"
             )
     return results
+
+
+def classification_tables(
+    results: dict[str, TrainedClassifier], out: str | Path | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Return every method's per-epoch history stacked, and one summary row per method; with ``out``, also as CSVs."""
+    from rlq.vision import summarize
+
+    history = pd.concat([r.history for r in results.values()], ignore_index=True)
+    summary = summarize(history)
+    if out is not None:
+        history.to_csv(Path(out) / "history.csv", index=False)
+        summary.to_csv(Path(out) / "summary.csv", index=False)
+    return history, summary
 
 
 def layer_kinds(model: torch.nn.Module) -> pd.DataFrame:
