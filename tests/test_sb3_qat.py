@@ -11,9 +11,10 @@ from torch.nn.utils import parametrize
 from rlq.quant import WeightFakeQuant, is_qat, set_qat_enabled
 from rlq.rl.agents import algorithm_class, make_model, train_agent
 from rlq.rl.envs import make_vec_env
+from rlq.sb3.action_path import action_network, preprocess_observations
 from rlq.sb3.networks import layer_chains, optimizers
 from rlq.sb3.qat import QATCallback, convert_policy_qat_, distinct_values, load_qat, qat_layers, save_qat
-from rlq.sb3.quantized import action_network, preprocess_observations, quantized_policy
+from rlq.sb3.quantized import quantized_policy
 
 TINY = {
     "PPO": ("CartPole-v1", dict(n_steps=64, batch_size=64, n_epochs=2)),

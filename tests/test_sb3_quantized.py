@@ -11,14 +11,13 @@ import torch
 import torch.nn as nn
 
 from rlq.rl.agents import make_model
+from rlq.sb3.action_path import action_network, preprocess_observations
 from rlq.sb3.quantized import (
     QuantizedPolicy,
-    action_network,
     benchmark_action_network,
     collect_observations,
     make_policy,
     policy_sizes,
-    preprocess_observations,
     quantized_policy,
 )
 
