@@ -1,0 +1,251 @@
+"""rlq.experiments.gst's settings, jobs and tables, the GST figures, and legacy method names in published results."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from rlq.experiments import figures
+from rlq.experiments.gst import (
+    compare_methods,
+    compression_settings,
+    controller_decisions,
+    method_jobs,
+    sweep_jobs,
+    sweep_numbers,
+    sweep_table,
+)
+from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
+
+KNOBS = dict(
+    prune_updates=20,
+    max_sparsity=0.9,
+    sparsity_step=0.05,
+    reward_tolerance=0.1,
+    sparsity_backoff=0.0,
+    block_schedule=[[0.0, 4], [0.25, 2]],
+    bc_end=0.5,
+)
+
+LEGACY_SUMMARY = """method,test_accuracy,accuracy_drop_vs_dense,final_compression,avg_compression
+dense,98.9,0.0,0.0,0.0
+gradual,99.2,-0.3,69.8,44.5
+gst,98.3,0.6,69.8,72.3
+"""
+LEGACY_COMPARISON = """metric,paper GST,ours dense,ours gradual,ours gst
+accuracy (%),91.4,98.9,99.2,98.3
+"""
+
+
+@pytest.mark.parametrize(
+    "total, learning_starts", [(700, 200), (30_000, 5_000), (1_000_000, 10_000), (1_024, 0), (800, 0)]
+)
+def test_compression_settings_count_the_pruning_window_over_the_training_updates(total, learning_starts):
+    settings = compression_settings(
+        total, learning_starts=learning_starts, s_shift=0.25, transition_method="exact", **KNOBS
+    )
+    pruning, gst = settings["pruning"], settings["gst"]
+    # the rule the notebooks wrote by hand before: 60% of the updates after learning_starts, in prune_updates steps
+    assert pruning["update_every"] == max(1, int(0.6 * (total - learning_starts)) // 20)
+    assert (pruning["start_fraction"], pruning["end_fraction"], pruning["final_sparsity"]) == (0.2, 0.8, 0.9)
+    assert gst["prune_every"] == max(1, total // 20)
+    assert gst["block_schedule"] == [(0.0, 4), (0.25, 2)]
+    assert gst["s_shift"] == 0.25 and gst["transition_method"] == "exact"
+    assert gst["sparsity"] == {
+        "max_sparsity": 0.9,
+        "step_size": 0.05,
+        "tolerance": 0.1,
+        "abs_tolerance": 0.0,
+        "backoff": 0.0,
+    }
+
+
+def test_compression_settings_leave_out_what_a_sweep_sets_per_run_and_reject_a_warmup_past_the_end():
+    gst = compression_settings(1_536, **KNOBS)["gst"]
+    assert "s_shift" not in gst and "transition_method" not in gst
+    with pytest.raises(ValueError, match="learning_starts"):
+        compression_settings(100, learning_starts=100, **KNOBS)
+
+
+def test_method_jobs_give_every_task_seed_and_method_its_own_folder_and_keys(tmp_path):
+    settings = compression_settings(700, learning_starts=200, **KNOBS)
+    jobs = method_jobs(
+        tmp_path,
+        methods=["dense", "gst"],
+        seeds=[0, 1],
+        env_ids=["A-v1", "B-v1"],
+        label_env=True,
+        total_timesteps=700,
+        settings=settings,
+        algo="TD3",
+    )
+    assert len(jobs) == 8
+    assert jobs[0]["keys"] == {"env_id": "A-v1", "seed": 0, "method": "dense"}
+    assert jobs[0]["run_dir"] == tmp_path / "runs" / "A-v1__dense__0"
+    assert len({job["run_dir"] for job in jobs}) == 8
+    assert all(job["algo"] == "TD3" and job["log_every"] == 3 for job in jobs)
+    one_task = method_jobs(
+        tmp_path, methods=["gst"], seeds=[3], env_ids=["A-v1"], total_timesteps=700, settings=settings
+    )
+    assert one_task[0]["keys"] == {"seed": 3, "method": "gst"}
+    assert one_task[0]["run_dir"] == tmp_path / "runs" / "gst__3"
+
+
+def test_sweep_jobs_run_dense_then_every_transition_and_s_shift(tmp_path):
+    settings = compression_settings(1_536, **KNOBS)
+    jobs = sweep_jobs(
+        tmp_path,
+        seeds=[0],
+        s_shifts=[0.25, 1.0],
+        transition_methods=["projection", "exact"],
+        include_dense=True,
+        env_id="CartPole-v1",
+        total_timesteps=1_536,
+        settings=settings,
+    )
+    assert [job["keys"]["config"] for job in jobs] == [
+        "dense",
+        "projection, S_shift 0.25",
+        "projection, S_shift 1",
+        "exact, S_shift 0.25",
+        "exact, S_shift 1",
+    ]
+    assert jobs[0]["gst"] is None
+    assert jobs[-1]["gst"]["s_shift"] == 1.0 and jobs[-1]["gst"]["transition_method"] == "exact"
+    assert jobs[1]["run_dir"] == tmp_path / "runs" / "projection__S_shift_0.25__0"
+
+
+def summary_of(rows):
+    columns = [
+        "seed",
+        "method",
+        "avg_compression_ratio",
+        "final_compression_ratio",
+        "covered_fraction",
+        "eval_return",
+        "final_train_return",
+        "start_compression_ratio",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def test_compare_methods_averages_seeds_and_judges_gst_against_dense():
+    summary = summary_of(
+        [
+            (0, "dense", 0.0, 0.0, 0.9, 100.0, 90.0, 0.0),
+            (0, "pruning", 0.5, 0.9, 0.9, 95.0, 90.0, 0.0),
+            (0, "gst", 0.7, 0.9, 0.9, 80.0, 90.0, 0.75),
+            (1, "dense", 0.0, 0.0, 0.9, 100.0, 90.0, 0.0),
+            (1, "pruning", 0.6, 0.9, 0.9, 105.0, 90.0, 0.0),
+            (1, "gst", 0.8, 0.9, 0.9, 80.0, 90.0, 0.75),
+        ]
+    )
+    numbers = compare_methods(summary)
+    assert numbers["avg_compression_gst"] == pytest.approx(0.75)
+    assert numbers["avg_compression_pruning"] == pytest.approx(0.55)
+    assert numbers["gap_gst_minus_pruning_pp"] == pytest.approx(20.0)
+    assert numbers["final_return_pruning"] == pytest.approx(100.0)
+    assert numbers["reward_change_gst_vs_dense_pct"] == pytest.approx(-20.0)
+    assert numbers["reward_drop_beyond_seed_noise_pct"] == pytest.approx(20.0)  # no spread over seeds here
+    only_gst = compare_methods(summary[summary["method"] == "gst"], score_name="final_score")
+    assert only_gst["avg_compression_pruning"] is None and only_gst["gap_gst_minus_pruning_pp"] is None
+    assert only_gst["final_score_dense"] is None and only_gst["reward_change_gst_vs_dense_pct"] is None
+
+
+def test_controller_decisions_count_pruning_updates_of_gst_runs_only():
+    history = pd.DataFrame(
+        {
+            "method": ["gst", "gst", "gst", "gst", "pruning"],
+            "event": ["start", "prune", "log", "prune", "prune"],
+            "decision": [None, "rise", "rise", "backoff", "rise"],
+            "step": [0, 10, 15, 20, 10],
+            "seed": 0,
+            "compression_ratio": [0.75, 0.8, 0.8, 0.78, 0.1],
+            "target_sparsity": [0.0, 0.05, 0.05, 0.0, 0.1],
+            "mean_reward": [None, 1.0, 1.0, 0.5, 1.0],
+        }
+    )
+    assert controller_decisions(history) == {"rise": 1, "backoff": 1}
+    assert len(figures.gst_schedule_figure(history, ["seed"]).data) == 4
+
+
+def test_sweep_numbers_name_every_configuration_and_the_best():
+    summary = pd.DataFrame(
+        {
+            "method": ["dense", "gst", "gst"],
+            "transition": [None, "exact", "projection"],
+            "s_shift": [None, 0.25, 0.25],
+            "avg_compression_ratio": [0.0, 0.6, 0.5],
+            "final_compression_ratio": [0.0, 0.9, 0.9],
+            "eval_return": [30.0, 50.0, 40.0],
+            "final_train_return": [20.0, 30.0, 35.0],
+        }
+    )
+    events = pd.DataFrame(
+        {
+            "kind": ["transition", "transition", "prune"],
+            "transition": ["exact", "projection", None],
+            "mean_shift": [0.0, 0.4, None],
+        }
+    )
+    numbers = sweep_numbers(sweep_table(summary), summary, events)
+    assert numbers["best_config"] == "exact, S_shift 0.25"
+    assert numbers["avg_compression"] == {"exact, S_shift 0.25": 0.6, "projection, S_shift 0.25": 0.5}
+    assert numbers["dense_eval_return"] == 30.0
+    assert numbers["transition_shift"] == {"exact": 0.0, "projection": 0.4}
+
+
+def test_reward_aware_demo_rises_pauses_and_rises_again():
+    fig = figures.reward_aware_demo_figure(
+        {"max_sparsity": 0.5, "step_size": 0.05, "tolerance": 0.05, "backoff": 0.0}
+    )
+    targets = list(fig.data[0].y)
+    assert targets[-1] > targets[14] and max(targets) <= 0.9
+
+
+def test_legacy_method_names_are_read_as_pruning(tmp_path, monkeypatch):
+    # results published before the rename keep "gradual" on disk; readers see "pruning"
+    (tmp_path / "notebooks").mkdir()
+    folder = tmp_path / "data" / "results" / "gst_classification" / "medium"
+    folder.mkdir(parents=True)
+    (folder / "summary.csv").write_text(LEGACY_SUMMARY)
+    (folder / "paper_comparison.csv").write_text(LEGACY_COMPARISON)
+    (folder / "results.json").write_text(
+        json.dumps(
+            {
+                "gradual_test_accuracy": 99.2,
+                "gst_test_accuracy": 98.3,
+                "data_source": "digits, gradually resized",
+            }
+        )
+    )
+    monkeypatch.setenv("RLQ_HOME", str(tmp_path))
+
+    summary = load_committed("gst_classification", "medium", "summary")
+    assert summary["method"].tolist() == ["dense", "pruning", "gst"]
+    assert summary.loc[summary["method"] == "pruning", "avg_compression"].item() == 44.5
+    comparison = load_committed("gst_classification", "medium", "paper_comparison")
+    assert comparison.columns.tolist() == ["metric", "paper GST", "ours dense", "ours pruning", "ours gst"]
+    results = load_committed_results("gst_classification", "medium")
+    assert results["pruning_test_accuracy"] == 99.2 and "gradual_test_accuracy" not in results
+    assert results["data_source"] == "digits, gradually resized"  # only whole names are replaced
+    assert load_committed_results("gst_classification", "paper") is None
+
+
+def test_normalize_method_names_maps_every_legacy_name_in_params_and_leaves_today_s_alone():
+    params = {
+        "methods": ["dense", "gradual", "gst"],
+        "gradual_final_sparsity": 0.7,
+        "method": "magnitude_pruning",
+    }
+    assert normalize_method_names(params) == {
+        "methods": ["dense", "pruning", "gst"],
+        "pruning_final_sparsity": 0.7,
+        "method": "pruning",
+    }
+    today = pd.DataFrame({"method": ["dense", "pruning", "gst"], "ours pruning": [1, 2, 3]})
+    pd.testing.assert_frame_equal(normalize_method_names(today), today)
+    with pytest.raises(TypeError):
+        normalize_method_names([1, 2])
