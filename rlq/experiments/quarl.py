@@ -8,7 +8,7 @@
   :func:`qat_vs_ptq_table`, :func:`qat_numbers`.
 - Latency (``quarl_latency``): :func:`benchmark_networks`, :func:`stored_sizes`, :func:`latency_numbers`.
 - ActorQ (``quarl_actorq``): :func:`train_actorq`, :func:`actorq_summary`, :func:`actor_breakdown`,
-  :func:`learner_breakdown`, :func:`speedup`, :func:`actorq_numbers`.
+  :func:`learner_breakdown`, :func:`breakdown_table`, :func:`speedup`, :func:`actorq_numbers`.
 
 Their figures are in :mod:`rlq.experiments.figures`.
 """
@@ -731,6 +731,12 @@ def breakdown_table(results: ActorQResults) -> pd.DataFrame:
             for k, v in r.breakdown.items()
         ]
     )
+
+
+def component_shares(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """Return each component's share of all seconds per precision, from :func:`breakdown_table` (summed over tasks)."""
+    seconds = breakdown.pivot_table(index="component", columns="precision", values="seconds", aggfunc="sum")
+    return seconds / seconds.sum()
 
 
 def paper_breakdown() -> pd.DataFrame:
