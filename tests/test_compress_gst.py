@@ -20,7 +20,10 @@ from rlq.compress import (
     is_block_circulant,
     sparsity_of,
 )
+from rlq.compress.block_circulant import stored_target
 from rlq.compress.circulant import is_block_circulant_matrix
+from rlq.compress.gst import GSTHooks
+from rlq.compress.masks import mask_of, prune_with_mask_
 
 
 def config(**overrides) -> GSTConfig:
@@ -156,6 +159,74 @@ def test_covered_fraction_of_a_wide_network():
     report = schedule.last_reports["block_circulant"]
     hand_count = 2 * 64 * 64 / (8 * 64 + 2 * 64 * 64 + 64 * 2)
     assert report.covered_fraction == pytest.approx(hand_count) == covered_fraction(net)
+
+
+def test_execute_on_named_layers_keeps_a_twin_network_in_step_through_hooks():
+    """The path a training framework takes: it names the layers and chains, and its hooks mirror a twin."""
+    torch.manual_seed(0)
+    pair = nn.ModuleDict({"online": mlp(), "twin": mlp()})
+    pair["twin"].load_state_dict(pair["online"].state_dict())
+    eligible, chain = ["online.2", "online.4"], [f"online.{i}" for i in (0, 2, 4, 6)]
+
+    def twin_of(name: str) -> nn.Module:
+        return pair.get_submodule(name.replace("online", "twin", 1))
+
+    calls = []
+
+    def mirror_layer(name, transform):
+        calls.append(f"mirror_layer {name}")
+        transform(twin_of(name))
+
+    def mirror_chain(chain_name, transform):
+        calls.append(f"mirror_chain {chain_name}")
+        transform([twin_of(name) for name in chain])
+
+    def after_prune(previous):
+        calls.append("after_prune")
+        for name in eligible:  # the twin takes the online masks (chosen from the online weights only)
+            mask = mask_of(*stored_target(pair.get_submodule(name)))
+            prune_with_mask_(*stored_target(twin_of(name)), mask.clone())
+
+    hooks = GSTHooks(
+        mirror_layer=mirror_layer,
+        mirror_chain=mirror_chain,
+        after_prune=after_prune,
+        after_structure_change=lambda: calls.append("after_structure_change"),
+        after_action=lambda action, report: calls.append(action.kind),
+    )
+    schedule = GSTSchedule(config())
+    x = torch.randn(8, 6)
+    for step in range(0, 1000, 10):
+        before = pair["online"](x).detach()
+        actions = schedule.apply_(pair, step, 1.0, layers=eligible, chains={"online": chain}, hooks=hooks)
+        torch.testing.assert_close(pair["twin"](x), pair["online"](x), rtol=0, atol=0)  # in step throughout
+        if any(a.kind == "transition" for a in actions):
+            assert (pair["online"](x) - before).abs().max() < 1e-5  # exact: the function is kept
+        for name in eligible:
+            assert block_size_of(pair.get_submodule(name)) == block_size_of(twin_of(name))
+    assert calls[:9] == [
+        "mirror_layer online.2",
+        "mirror_layer online.4",
+        "after_structure_change",
+        "block_circulant",
+        "mirror_chain online",
+        "after_structure_change",
+        "transition",
+        "after_prune",
+        "prune",
+    ]
+    assert calls[calls.index("hand_over") - 2 : calls.index("hand_over")] == [
+        "after_prune",
+        "after_structure_change",
+    ]
+    reports = schedule.last_reports
+    assert reports["transition"].compressed == eligible and max(reports["transition"].shift.values()) < 1e-6
+    # the hand-over acts on every block-circulant layer of the module, the twin's included
+    assert sorted(reports["hand_over"].compressed) == ["online.2", "online.4", "twin.2", "twin.4"]
+    assert reports["prune"].compressed == eligible and sparsity_of(pair["online"][2]) == pytest.approx(
+        0.9, abs=0.01
+    )
+    assert sparsity_of(pair["online"][0]) == sparsity_of(pair["twin"][0]) == 0.0  # named layers only
 
 
 @pytest.mark.parametrize(

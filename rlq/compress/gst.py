@@ -25,28 +25,47 @@ trained; 0 on-policy), so "25% of training" means a quarter of the updates:
   ``handover="exact"`` keeps the function: the vector mask is expanded (sparsity stays ``s``), so the
   compression ratio falls from ``1 - (1 - s) / B`` to ``s``; a small S_shift makes that fall small.
 
-:meth:`GSTSchedule.step` only decides (it updates the reward controller, never a module) and returns
-the actions due; :meth:`GSTSchedule.apply_` also carries them out on a module. Neither knows about any RL
-library: an SB3 callback calls ``apply_(policy, num_timesteps, reward, optimizers)``.
+One execution path. :meth:`GSTSchedule.step` only decides (it updates the reward controller, never a
+module) and returns the actions due; :meth:`GSTSchedule.execute_` carries out one action on a module and
+is the one place that says what each action kind does. It acts either on the layers the config finds
+(``skip_first_last`` and ``networks``) or on layers and chains the caller names, and calls the optional
+:class:`GSTHooks` for what only the caller knows (twin layers that must keep the same structure, optimizer
+state, logging). Neither knows about any RL library:
+
+- a plain training loop (:func:`rlq.vision.training.train_classifier`) calls
+  ``apply_(model, step, reward, optimizers)``: ``step`` then ``execute_`` with default hooks, which reset
+  the state ``optimizers`` hold for the module after every structural change;
+- :class:`rlq.sb3.gst.GSTCallback` calls ``step``, then ``execute_`` with the SB3 policy's eligible layers
+  and chains (:func:`rlq.sb3.networks.policy_layers`) and hooks that mirror the target networks, reset and
+  park the optimizers' state and record its events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
 import torch
 from torch import nn
 
-from rlq.compress.block_circulant import block_circulant_, remove_block_circulant_
+from rlq.compress.block_circulant import (
+    block_circulant_,
+    block_size_of,
+    is_block_circulant,
+    make_block_circulant_,
+    remove_block_circulant_,
+    stored_target,
+)
 from rlq.compress.circulant import check_block_size
-from rlq.compress.layers import CompressionReport, Networks
+from rlq.compress.layers import CompressionReport, Networks, covered_fraction_of, eligible_layers
+from rlq.compress.masks import mask_of
 from rlq.compress.optimizer_state import reset_optimizer_state_
 from rlq.compress.pruning import SCOPES, magnitude_prune_
 from rlq.compress.reward_aware import RewardAwareConfig, RewardAwareSparsity
-from rlq.compress.transitions import transition_exact_, transition_projection_
+from rlq.compress.transitions import split_blocks_exact_, transition_exact_, transition_projection_
 from rlq.core.validation import check_positive_int
 
 TRANSITION_METHODS = ("exact", "projection")
@@ -147,12 +166,81 @@ class GSTAction:
     """Transition method, or hand-over kind."""
 
 
+@dataclass
+class GSTHooks:
+    """What a caller of :meth:`GSTSchedule.execute_` adds to an action; every hook is optional.
+
+    The schedule knows one module; a training framework knows more: layers outside the compression that
+    must keep the compressed layers' structure (an RL target network), optimizers it manages itself,
+    where it logs. Hooks are called in this order during one action: ``mirror_layer``/``mirror_chain``
+    right after each layer or chain changes structure, ``after_prune`` after a pruning (also the
+    hand-over's), ``after_structure_change`` after every kind but ``prune``, ``after_action`` last.
+    """
+
+    mirror_layer: Callable[[str, Callable[[nn.Module], object]], None] | None = None
+    """``mirror_layer(name, transform)``: apply ``transform`` (what the eligible layer ``name`` just went
+    through: made block-circulant) to the layers that must keep its structure."""
+    mirror_chain: Callable[[str, Callable[[list[nn.Module]], object]], None] | None = None
+    """``mirror_chain(chain, transform)``: the same for a chain of ``chains`` split by an exact transition
+    (``transform`` takes the twin chain's layers in forward order)."""
+    after_prune: Callable[[dict[str, torch.Tensor]], None] | None = None
+    """``after_prune(previous)``: called after the eligible layers were pruned, with their masks from
+    before (by layer name; layers that had none are left out)."""
+    after_structure_change: Callable[[], None] | None = None
+    """``after_structure_change()``: called after a structural change (block-circulant on, a transition,
+    the hand-over), once the ``optimizers`` given to ``execute_`` were reset."""
+    after_action: Callable[[GSTAction, CompressionReport], None] | None = None
+    """``after_action(action, report)``: called once the action is carried out (e.g. to record it)."""
+
+
+def _call(hook: Callable[..., None] | None, *args: Any) -> None:
+    if hook is not None:
+        hook(*args)
+
+
+def _split_chains_exact_(
+    module: nn.Module,
+    chains: Mapping[str, Sequence[str]],
+    block_size: int,
+    mirror_chain: Callable[[str, Callable[[list[nn.Module]], object]], None] | None = None,
+) -> CompressionReport:
+    """Return a report after splitting each named chain's block-circulant layers to ``block_size`` exactly.
+
+    :func:`rlq.compress.split_blocks_exact_` on each chain given as layer names in forward order (the caller
+    vouches that each is a plain chain, as for a list of layers there); ``mirror_chain`` gets each split.
+    """
+    report = CompressionReport()
+    for chain_name, names in chains.items():
+        chain = [module.get_submodule(name) for name in names]
+        sizes = {block_size_of(layer) for layer in chain} - {None}
+        if not sizes:
+            continue
+        if len(sizes) > 1:
+            raise ValueError(
+                f"chain {chain_name!r} holds block sizes {sorted(sizes)}; the exact split needs one"
+            )
+        (size,) = sizes
+        if size == block_size:
+            continue
+        if size % block_size:
+            raise ValueError(f"new block size {block_size} does not divide the current block size {size}")
+        shifts = split_blocks_exact_(chain, size // block_size)
+        _call(mirror_chain, chain_name, partial(split_blocks_exact_, factor=size // block_size))
+        for name, shift in zip(names, shifts, strict=True):
+            if shift is not None:
+                report.shift[name] = shift
+                report.compressed.append(name)
+    report.covered_fraction = covered_fraction_of(module, report.compressed)
+    return report
+
+
 class GSTSchedule:
     """Decide and apply GST's compression actions over training (OUR DESIGN of the unpublished parts).
 
     The timeline, S_shift's meaning and the hand-over are described in :mod:`rlq.compress.gst`; every knob
     is a field of :class:`GSTConfig`. Call :meth:`apply_` once per training step (or at any increasing
-    steps: actions whose time has passed are all carried out at the next call).
+    steps: actions whose time has passed are all carried out at the next call), or :meth:`step` and then
+    :meth:`execute_` for each action returned, with :class:`GSTHooks` and the layers to act on.
     """
 
     def __init__(self, config: GSTConfig):
@@ -166,7 +254,7 @@ class GSTSchedule:
         self.applied_sparsity = 0.0
         self.latest_reward: float | None = None
         self.last_reports: dict[str, CompressionReport] = {}
-        """The report of the last action of each kind carried out by :meth:`apply_`."""
+        """The report of the last action of each kind carried out by :meth:`execute_`."""
 
     @property
     def rise_step(self) -> int:
@@ -240,46 +328,115 @@ class GSTSchedule:
         step: int,
         reward: float | None = None,
         optimizers: Sequence[torch.optim.Optimizer] = (),
+        *,
+        layers: Sequence[str] | None = None,
+        chains: Mapping[str, Sequence[str]] | None = None,
+        hooks: GSTHooks | None = None,
     ) -> list[GSTAction]:
-        """Return the actions due at ``step`` after carrying them out on ``module`` in place.
-
-        After a structural change (block-circulant on, a transition, the hand-over) the state of
-        ``optimizers`` for the module's parameters is reset (the tensors changed shape or order).
-        """
+        """Return the actions due at ``step`` after carrying each out on ``module`` with :meth:`execute_`."""
         actions = self.step(step, reward)
         for action in actions:
-            self.execute_(module, action, optimizers)
+            self.execute_(module, action, optimizers, layers=layers, chains=chains, hooks=hooks)
         return actions
 
     def execute_(
-        self, module: nn.Module, action: GSTAction, optimizers: Sequence[torch.optim.Optimizer] = ()
+        self,
+        module: nn.Module,
+        action: GSTAction,
+        optimizers: Sequence[torch.optim.Optimizer] = (),
+        *,
+        layers: Sequence[str] | None = None,
+        chains: Mapping[str, Sequence[str]] | None = None,
+        hooks: GSTHooks | None = None,
     ) -> CompressionReport:
-        """Return the report of carrying out one ``action`` on ``module`` in place."""
-        config = self.config
-        where = dict(skip_first_last=config.skip_first_last, networks=config.networks)
+        """Return the report of carrying out one ``action`` on ``module`` in place.
+
+        - ``block_circulant``: the eligible layers become block-circulant (B-vectors projected).
+        - ``transition``: every block-circulant layer changes its block size; ``"exact"`` splits each chain
+          (each network of ``config.networks``, checked to be one ``nn.Sequential``, or each of ``chains``),
+          ``"projection"`` re-projects each layer.
+        - ``hand_over``: every block-circulant layer becomes dense (its vector mask expanded); with
+          ``"keep_ratio"`` the eligible layers are then pruned to the action's sparsity. The report lists
+          the layers handed over.
+        - ``prune``: the eligible layers' stored values are magnitude-pruned to the action's sparsity.
+
+        Eligible layers are ``layers`` (qualified names) when given, else those of
+        :func:`rlq.compress.eligible_layers` with ``config.skip_first_last`` and ``config.networks``; given
+        layers that are block-circulant already stay as they are. Transitions and the hand-over act on every
+        block-circulant layer of ``module``. After a structural change (every kind but ``prune``) the state
+        ``optimizers`` hold for the module's parameters is reset (shapes or unit order changed).
+        """
+        hooks = hooks or GSTHooks()
+        where = self._where(layers)
         if action.kind == "block_circulant":
-            report = block_circulant_(module, action.block_size, **where)
+            report = self._block_circulant_(module, action.block_size, layers, hooks)
         elif action.kind == "transition":
-            if action.method == "exact":
-                report = transition_exact_(module, action.block_size, networks=config.networks)
-            else:
-                report = transition_projection_(module, action.block_size)
+            report = self._transition_(module, action, chains, hooks)
         elif action.kind == "hand_over":
-            report = CompressionReport(compressed=remove_block_circulant_(module, keep_pruning=True))
-            if action.method == "keep_ratio" and action.sparsity > 0:
-                report = magnitude_prune_(module, action.sparsity, scope=config.scope, **where)
+            report = self._hand_over_(module, action, where, hooks)
         elif action.kind == "prune":
-            return self._record(
-                action, magnitude_prune_(module, action.sparsity, scope=config.scope, **where)
-            )
+            report = self._prune_(module, action.sparsity, where, hooks)
         else:
             raise ValueError(f"unknown action kind {action.kind!r}")
-        for optimizer in optimizers:
-            reset_optimizer_state_(optimizer, module.parameters())
-        return self._record(action, report)
-
-    def _record(self, action: GSTAction, report: CompressionReport) -> CompressionReport:
+        if action.kind != "prune":
+            for optimizer in optimizers:
+                reset_optimizer_state_(optimizer, module.parameters())
+            _call(hooks.after_structure_change)
         self.last_reports[action.kind] = report
+        _call(hooks.after_action, action, report)
+        return report
+
+    def _where(self, layers: Sequence[str] | None) -> dict[str, Any]:
+        """Return the eligibility keywords of the rlq.compress transforms: ``layers``, else the config's."""
+        if layers is None:
+            return dict(skip_first_last=self.config.skip_first_last, networks=self.config.networks)
+        return dict(skip_first_last=False, networks=[[name] for name in layers])
+
+    def _block_circulant_(
+        self, module: nn.Module, block_size: int, layers: Sequence[str] | None, hooks: GSTHooks
+    ) -> CompressionReport:
+        if layers is not None:  # a run resumed into a fresh schedule: what is block-circulant stays so
+            layers = [name for name in layers if not is_block_circulant(module.get_submodule(name))]
+        report = block_circulant_(module, block_size, **self._where(layers))
+        if hooks.mirror_layer is not None:
+            for name in report.compressed:
+                hooks.mirror_layer(name, partial(make_block_circulant_, block_size=block_size))
+        return report
+
+    def _transition_(
+        self,
+        module: nn.Module,
+        action: GSTAction,
+        chains: Mapping[str, Sequence[str]] | None,
+        hooks: GSTHooks,
+    ) -> CompressionReport:
+        if action.method == "projection":
+            return transition_projection_(module, action.block_size)
+        if chains is None:
+            return transition_exact_(module, action.block_size, networks=self.config.networks)
+        return _split_chains_exact_(module, chains, action.block_size, hooks.mirror_chain)
+
+    def _hand_over_(
+        self, module: nn.Module, action: GSTAction, where: dict[str, Any], hooks: GSTHooks
+    ) -> CompressionReport:
+        removed = remove_block_circulant_(module, keep_pruning=True)
+        report = CompressionReport(compressed=removed, covered_fraction=covered_fraction_of(module, removed))
+        if action.method == "keep_ratio" and action.sparsity > 0:
+            report.dense = self._prune_(module, action.sparsity, where, hooks).dense
+        return report
+
+    def _prune_(
+        self, module: nn.Module, sparsity: float, where: dict[str, Any], hooks: GSTHooks
+    ) -> CompressionReport:
+        previous = None
+        if hooks.after_prune is not None:
+            previous = {
+                name: mask.clone()
+                for name, layer in eligible_layers(module, **where)
+                if (mask := mask_of(*stored_target(layer))) is not None
+            }
+        report = magnitude_prune_(module, sparsity, scope=self.config.scope, **where)
+        _call(hooks.after_prune, previous)
         return report
 
     def state_dict(self) -> dict[str, Any]:
