@@ -18,7 +18,8 @@ arXiv 1710.01878 (gradual magnitude pruning, eq. 1).
 The timeline (block-circulant from step 0, block-size transitions, S_shift, the hand-over to pruning) and
 the reward-aware target are :class:`rlq.compress.GSTSchedule` and :class:`rlq.compress.RewardAwareSparsity`;
 the reward-aware rule, S_shift's meaning and the exact transition are OUR DESIGN (the paper does not
-publish them). This module puts them into SB3's training:
+publish them). GST's schedule carries out its own actions (:meth:`rlq.compress.GSTSchedule.execute_`); this
+module supplies what only SB3 knows, as :class:`rlq.compress.gst.GSTHooks` and layer names:
 
 - **Layers.** Networks are found per SB3 network with :func:`rlq.sb3.networks.layer_chains`. A layer is
   eligible when it belongs to an online chain and (with ``skip_first_last``) is neither the first nor the
@@ -52,7 +53,7 @@ publish them). This module puts them into SB3's training:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -61,6 +62,7 @@ import pandas as pd
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from torch import nn
 from torch.nn.utils import parametrize
 
 from rlq.compress import (
@@ -360,9 +362,30 @@ class CompressionCallback(BaseCallback):
             name: mask.clone() for name in layers.eligible if (mask := self._mask_of(name)) is not None
         }
         report = magnitude_prune_(self.model.policy, sparsity, scope=scope, layers=layers.eligible)
+        self._after_prune_(previous)
+        return report.compressed
+
+    def _after_prune_(self, previous: dict[str, torch.Tensor]) -> None:
+        """Give targets the online layers' new masks and park the masked entries' optimizer state."""
         self._mirror_targets_()
         self._park_masked_state_(previous)
-        return report.compressed
+
+    def _after_structure_change_(self) -> None:
+        """Check and mirror the targets' masks, then drop the optimizer state (shapes or unit order changed)."""
+        self._mirror_targets_()
+        self._reset_optimizers_()
+
+    def _mirror_layer_(self, name: str, transform: Callable[[nn.Module], object]) -> None:
+        """Apply ``transform``, which online layer ``name`` just went through, to its target twin, if any."""
+        twin = self._require_layers().targets.get(name)
+        if twin is not None:
+            transform(twin)
+
+    def _mirror_chain_(self, chain: str, transform: Callable[[list[nn.Module]], object]) -> None:
+        """Apply ``transform``, which online chain ``chain`` just went through, to its target chain, if any."""
+        twins = self._require_layers().target_chains.get(chain)
+        if twins is not None:
+            transform(twins)
 
     def _mask_of(self, name: str) -> torch.Tensor | None:
         """Return the mask on online layer ``name``'s stored values (weights or B-vectors), if pruned."""

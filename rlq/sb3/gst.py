@@ -2,8 +2,12 @@
 reward-aware magnitude pruning), on any SB3 algorithm.
 
 Paper: Lee et al., arXiv 2101.09650. The schedule is :class:`rlq.compress.GSTSchedule` (OUR DESIGN where
-the paper is silent); what every compression callback shares (layers, targets, optimizer state, history,
-checkpoints) is :class:`rlq.sb3.compression.CompressionCallback`.
+the paper is silent); it decides every action and carries it out (``step``, then ``execute_``). This
+callback gives it what only SB3 knows: the policy's eligible layers and chains
+(:func:`rlq.sb3.networks.policy_layers`) and :class:`rlq.compress.gst.GSTHooks` that mirror the target
+networks, reset and park the optimizers' state and record the events. What every compression callback
+shares (layers, targets, optimizer state, history, checkpoints) is
+:class:`rlq.sb3.compression.CompressionCallback`.
 
     from rlq.sb3.gst import GSTCallback
     gst = GSTCallback(block_schedule=((0.0, 4), (0.25, 2)), s_shift=0.25, bc_end=0.5, prune_every=1000)
@@ -18,23 +22,11 @@ import json
 from dataclasses import asdict, fields
 from typing import Any
 
-from rlq.compress import (
-    GSTAction,
-    GSTConfig,
-    GSTSchedule,
-    RewardAwareConfig,
-    block_size_of,
-    is_block_circulant,
-    make_block_circulant_,
-    remove_block_circulant_,
-    split_blocks_exact_,
-    transition_projection_,
-)
+from rlq.compress import CompressionReport, GSTAction, GSTConfig, GSTSchedule, RewardAwareConfig
+from rlq.compress.gst import GSTHooks
 from rlq.core.jsonio import json_safe
 from rlq.sb3.compression import CompressionCallback
-from rlq.sb3.networks import (
-    check_exact_transitions,
-)
+from rlq.sb3.networks import check_exact_transitions
 
 
 def _config_from(config: GSTConfig | None, kwargs: dict[str, Any]) -> tuple[GSTConfig | None, dict[str, Any]]:
@@ -128,90 +120,44 @@ class GSTCallback(CompressionCallback):
             check_exact_transitions(layers)
 
     def _act(self) -> bool:
-        updates = self.schedule.controller.updates, self.schedule.last_prune_step
-        actions = self.schedule.step(self.num_timesteps, self.mean_reward)
+        schedule = self.schedule
+        updates = schedule.controller.updates, schedule.last_prune_step
+        actions = schedule.step(self.num_timesteps, self.mean_reward)
         if actions:
+            layers, hooks = self._require_layers(), self._gst_hooks()
             with self._changing_structure():
                 for action in actions:
-                    self._execute(action)
-        if actions:
+                    schedule.execute_(
+                        self.model.policy, action, layers=layers.eligible, chains=layers.chains, hooks=hooks
+                    )
             self._log("+".join(a.kind for a in actions))
-        elif (self.schedule.controller.updates, self.schedule.last_prune_step) != updates:
+        elif (schedule.controller.updates, schedule.last_prune_step) != updates:
             self._log("hold")  # the target was updated and did not change: show the pause in the history
         return bool(actions) or self._last_log == self.num_timesteps
 
-    def _execute(self, action: GSTAction) -> None:
-        policy = self.model.policy
-        if action.kind == "block_circulant":
-            names = self._block_circulant_(action.block_size)
-            self._reset_optimizers_()
-            self._record_event("block_circulant", names, block_size=action.block_size)
-        elif action.kind == "transition":
-            names, shifts = self._transition_(action.block_size, action.method)
-            self._reset_optimizers_()
-            self._record_event(
-                "transition", names, shifts, block_size=action.block_size, method=action.method
-            )
-        elif action.kind == "hand_over":
-            names = remove_block_circulant_(policy, keep_pruning=True)
-            if action.method == "keep_ratio" and action.sparsity > 0:
-                self._prune_(action.sparsity, self.config.scope)
-            self._mirror_targets_()
-            self._reset_optimizers_()
-            self._record_event(
-                "hand_over",
-                names,
-                block_size=action.block_size,
-                sparsity=action.sparsity,
-                method=action.method,
-            )
-        elif action.kind == "prune":
-            names = self._prune_(action.sparsity, self.config.scope)
-            self._record_event("prune", names, sparsity=action.sparsity)
-        else:
-            raise ValueError(f"unknown GST action {action.kind!r}")
+    def _gst_hooks(self) -> GSTHooks:
+        """Return what the schedule cannot know of an SB3 policy: its targets, optimizers and event table."""
+        return GSTHooks(
+            mirror_layer=self._mirror_layer_,
+            mirror_chain=self._mirror_chain_,
+            after_prune=self._after_prune_,
+            after_structure_change=self._after_structure_change_,
+            after_action=self._record_action,
+        )
 
-    def _block_circulant_(self, block_size: int) -> list[str]:
-        layers = self._require_layers()
-        done = []
-        for name in layers.eligible:
-            layer = layers.online[name]
-            out_units, in_units = layer.weight.shape[:2]
-            if out_units % block_size or in_units % block_size:
-                layers.reasons[name] = f"B={block_size} does not divide its {out_units}x{in_units} weight"
-                continue
-            if is_block_circulant(layer):
-                continue
-            make_block_circulant_(layer, block_size)
-            if name in layers.targets:
-                make_block_circulant_(layers.targets[name], block_size)
-            done.append(name)
-        return done
-
-    def _transition_(self, block_size: int, method: str) -> tuple[list[str], list[float]]:
-        layers = self._require_layers()
-        if method == "projection":
-            report = transition_projection_(self.model.policy, block_size)
-            self._mirror_targets_()
-            names = [n for n in report.compressed if n in layers.online]
-            return names, [report.shift[n] for n in names]
-        names, shifts = [], []
-        for chain_name, chain in layers.chains.items():
-            sizes = {block_size_of(layers.online[n]) for n in chain} - {None}
-            if not sizes:
-                continue
-            (current,) = sizes
-            if current == block_size:
-                continue
-            factor = current // block_size
-            result = split_blocks_exact_([layers.online[n] for n in chain], factor)
-            if chain_name in layers.target_chains:
-                split_blocks_exact_(layers.target_chains[chain_name], factor)
-            for name, shift in zip(chain, result, strict=True):
-                if shift is not None:
-                    names.append(name)
-                    shifts.append(shift)
-        return names, shifts
+    def _record_action(self, action: GSTAction, report: CompressionReport) -> None:
+        """Add an event row: the online layers the action compressed, their mean shift, the action's fields."""
+        online = self._require_layers().online
+        names = [name for name in report.compressed if name in online]
+        shifts = [report.shift[name] for name in names if name in report.shift]
+        self._record_event(
+            action.kind,
+            names,
+            shifts,
+            block_size=action.block_size,
+            sparsity=action.sparsity,
+            method=action.method,
+        )
 
     def _status(self) -> dict[str, Any]:
         schedule = self.schedule
