@@ -33,7 +33,7 @@ from rlq.compress.circulant import (
     split_circulant_vectors,
 )
 from rlq.compress.gradual import GradualPruning, GradualPruningConfig
-from rlq.compress.gst import GSTAction, GSTConfig, GSTSchedule
+from rlq.compress.gst import GSTAction, GSTConfig, GSTHooks, GSTSchedule
 from rlq.compress.layers import (
     CompressionReport,
     classify_layers,
@@ -63,6 +63,7 @@ __all__ = [
     "CompressionReport",
     "GSTAction",
     "GSTConfig",
+    "GSTHooks",
     "GSTSchedule",
     "GradualPruning",
     "GradualPruningConfig",

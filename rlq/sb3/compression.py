@@ -79,6 +79,7 @@ from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_ten
 from rlq.compress.measures import stored_weight_count
 from rlq.core.jsonio import json_safe
 from rlq.core.validation import check_positive_int
+from rlq.rl.episodes import finished_episodes
 from rlq.sb3.networks import (
     PolicyLayers,
     optimizers,
@@ -186,11 +187,9 @@ class CompressionCallback(BaseCallback):
             self._log("start")
 
     def _on_step(self) -> bool:
-        for info in self.locals.get("infos", ()):
-            episode = info.get("episode") if isinstance(info, dict) else None
-            if episode is not None:
-                self.returns.append(float(episode["r"]))
-                self.episodes += 1
+        for episode_return, _ in finished_episodes(self.locals.get("infos")):
+            self.returns.append(episode_return)
+            self.episodes += 1
         acted = self._act()
         if (
             self._park_pending
