@@ -7,9 +7,11 @@ What the GST notebooks call, in the order they call it:
 - :func:`method_jobs` (one run per task, seed and method) and :func:`sweep_jobs` (GST's knobs swept)
   list the runs; :func:`train_and_evaluate_all` trains them (through :func:`train_and_evaluate` and
   :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
-- :func:`method_means`, :func:`compare_methods`, :func:`controller_decisions`, :func:`sweep_table` and
-  :func:`sweep_numbers` turn the tables into what the notebooks show and record.
-- :func:`train_classifiers` and :func:`classification_numbers`: the ResNet-32 comparison of ``gst_classification``.
+- :func:`method_means`, :func:`compare_methods`, :func:`controller_decisions`, :func:`gst_start_compression`,
+  :func:`layers_of`, :func:`sweep_table` and :func:`sweep_numbers` turn the tables into what the notebooks
+  show and record.
+- :func:`load_classification_data`, :func:`train_classifiers`, :func:`classification_tables`,
+  :func:`layer_kinds` and :func:`classification_numbers`: the ResNet-32 comparison of ``gst_classification``.
 
 Their figures are in :mod:`rlq.experiments.figures`.
 """
@@ -512,6 +514,7 @@ def method_means(summary: pd.DataFrame, by: Sequence[str] = ("method",)) -> pd.D
 
 
 def _method_mean(means: pd.DataFrame, method: str, column: str) -> float | None:
+    """Return ``method``'s value of ``column`` in :func:`method_means`'s table, or None when it was not run."""
     return float(means.loc[method, column]) if method in means.index else None
 
 
