@@ -5,7 +5,8 @@ network's outputs (``__call__``). PyTorch engines quantize with :func:`rlq.quant
 quantization with real int8 kernels). ONNX Runtime engines build the graph straight from the broadcast
 weights: at int8 one ``com.microsoft.DynamicQuantizeMatMul`` node per layer (int8 weights with a scale
 per output channel, activations quantized per batch), so an int8 broadcast is used as it arrives, with no
-export or requantization on the actor. On a 2048x3 MLP at batch 1 with one thread this is the fastest
+export or requantization on the actor (except on x86 CPUs without VNNI, where the codes are halved to 7 bits:
+see :func:`rlq.core.cpu.int8_needs_reduced_range`). On a 2048x3 MLP at batch 1 with one thread this is the fastest
 path measured here (see ``benchmarks/bench_actorq.py``); :func:`choose_backend` decides by measurement.
 PyTorch is imported only by the PyTorch engine, so an ONNX Runtime actor process never loads it.
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from rlq.actorq.architecture import LOG_STD_MAX, LOG_STD_MIN, PolicyArchitecture
 from rlq.actorq.broadcast import DecodedPolicy, QuantizedWeight, quantize_weight
+from rlq.core.cpu import int8_needs_reduced_range
 
 ONNX_OPSET = 17
 
@@ -154,9 +156,13 @@ class OnnxEngine:
             if q is None:
                 dense = weight.dequantize() if isinstance(weight, QuantizedWeight) else weight
                 q = quantize_weight(dense, 8)
+            codes, scale = q.codes, q.scale
+            if int8_needs_reduced_range():  # x86 without VNNI saturates full-range int8: use 7-bit codes
+                codes = np.clip(np.rint(codes.astype(np.float32) / 2), -64, 63).astype(np.int8)
+                scale = scale * 2
             inits += [
-                numpy_helper.from_array(np.ascontiguousarray(q.codes.T), f"{tag}_wq"),
-                numpy_helper.from_array(np.ascontiguousarray(q.scale, dtype=np.float32), f"{tag}_ws"),
+                numpy_helper.from_array(np.ascontiguousarray(codes.T), f"{tag}_wq"),
+                numpy_helper.from_array(np.ascontiguousarray(scale, dtype=np.float32), f"{tag}_ws"),
                 numpy_helper.from_array(np.zeros(q.scale.shape, dtype=np.int8), f"{tag}_wz"),
                 b,
             ]

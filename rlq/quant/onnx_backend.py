@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from rlq.core.cpu import int8_needs_reduced_range
 from rlq.core.validation import check_positive_int
 from rlq.quant._warnings import quiet_deprecations
 from rlq.quant.ptq import Calibration, calibration_batches
@@ -105,13 +106,18 @@ def _quantize_int8(fp32_path: Path, out_path: Path, batches: list[Tensor], workd
             reader,
             quant_format=QuantFormat.QDQ,
             per_channel=True,
+            reduce_range=int8_needs_reduced_range(),
             weight_type=QuantType.QInt8,
             activation_type=QuantType.QUInt8,
         )
     else:
         # Signed int8 weights (MatMulInteger U8S8) measured faster than uint8 weights on this x86 CPU.
         quantize_dynamic(
-            str(pre_path), str(out_path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"]
+            str(pre_path),
+            str(out_path),
+            weight_type=QuantType.QInt8,
+            reduce_range=int8_needs_reduced_range(),
+            op_types_to_quantize=["MatMul", "Gemm"],
         )
 
 
