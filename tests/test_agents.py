@@ -85,3 +85,24 @@ def test_corrupt_checkpoint_is_reported_by_name(tmp_path):
     path.write_bytes(b"not a zip")
     with pytest.raises(RuntimeError, match=f"checkpoint {path}"):
         train_agent("PPO", "CartPole-v1", 128, **kwargs)
+
+
+def test_damaged_state_file_is_reported_by_name_with_what_to_do(tmp_path):
+    kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
+    train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    steps, _ = latest_checkpoint(tmp_path / "checkpoints")
+    state = tmp_path / "checkpoints" / f"state_{steps}_steps.json"
+    state.write_text(state.read_text()[:10])  # truncated, as a crash mid-write by another tool would leave it
+    with pytest.raises(ValueError, match=rf"state_{steps}_steps.json is damaged.*model_{steps}_steps.zip"):
+        train_agent("PPO", "CartPole-v1", 128, **kwargs)
+
+
+def test_a_second_attempt_from_the_same_step_keeps_the_first_attempts_log(tmp_path):
+    kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
+    train_agent("PPO", "CartPole-v1", 64, **kwargs)  # no checkpoint in between: a rerun starts from step 64
+    first_log = (tmp_path / "sb3" / "progress_from_0.csv").read_text()
+    train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    logs = sorted(p.name for p in (tmp_path / "sb3").glob("progress_from_*"))
+    assert logs == ["progress_from_0.csv", "progress_from_64.2.csv", "progress_from_64.csv"]
+    assert (tmp_path / "sb3" / "progress_from_0.csv").read_text() == first_log

@@ -49,3 +49,9 @@ def test_evaluate_is_reproducible_for_a_seed_and_varies_across_seeds():
 def test_evaluate_rejects_zero_episodes():
     with pytest.raises(ValueError, match="n_episodes"):
         evaluate(balance, "CartPole-v1", n_episodes=0)
+
+
+@pytest.mark.parametrize("bad", [2.5, 2.0, "3", True])
+def test_evaluate_rejects_episode_counts_that_are_not_integers(bad):
+    with pytest.raises(ValueError, match="n_episodes must be a positive int"):
+        evaluate(balance, "CartPole-v1", n_episodes=bad)

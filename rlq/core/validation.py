@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import math
+from numbers import Integral
 from typing import Any
 
 
 def check_positive_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is a positive int (not a bool), else raise ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """Return ``value`` as an int if it is a positive integer (NumPy's too; not a bool), else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return int(value)
 
 
 def check_non_negative_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is an int >= 0 (not a bool), else raise ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    """Return ``value`` as an int if it is an integer >= 0 (NumPy's too; not a bool), else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
         raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return value
+    return int(value)
 
 
 def check_fraction(name: str, value: Any, *, low_open: bool = False, high_open: bool = False) -> float:

@@ -78,12 +78,18 @@ def algorithm_class(name: str) -> type:
 
 
 def quiet_logger(folder: str | Path | None = None, filename: str = "progress.csv") -> Logger:
-    """Return an SB3 logger writing CSV into ``folder`` (or nothing at all when it is None)."""
+    """Return an SB3 logger writing CSV into ``folder`` (or nothing at all when it is None).
+
+    An existing ``filename`` is kept: the log goes to ``<stem>.2.csv`` (then ``.3``, ...) instead.
+    """
     if folder is None:
         return Logger(folder=None, output_formats=[])
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    return Logger(folder=str(folder), output_formats=[CSVOutputFormat(str(folder / filename))])
+    path, stem, n = folder / filename, Path(filename).stem, 2
+    while path.exists():  # a later attempt resuming from the same step never overwrites an earlier log
+        path, n = folder / f"{stem}.{n}{Path(filename).suffix}", n + 1
+    return Logger(folder=str(folder), output_formats=[CSVOutputFormat(str(path))])
 
 
 def _build_kwargs(algo: str, env, hyperparams: dict[str, Any]) -> dict[str, Any]:
@@ -314,7 +320,11 @@ def train_agent(
     else:
         model = _load_checkpoint(algo, env_id, found, seed, n_envs, load_model, env_kwargs)
         rows = pd.read_csv(ckpt_dir / f"curve_{found[0]}_steps.csv").to_dict("records")
-        saved_state = read_json(ckpt_dir / f"state_{found[0]}_steps.json")
+        saved_state = read_json(
+            ckpt_dir / f"state_{found[0]}_steps.json",
+            what_to_do=f"move it and model_{found[0]}_steps.zip out of {ckpt_dir} to resume from the "
+            "previous checkpoint",
+        )
     model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv"))
     recorder = EpisodeRecorder(rows, float(saved_state.get("wall_time_s", 0.0)))
     user_callbacks = [] if callback is None else callback if isinstance(callback, list) else [callback]

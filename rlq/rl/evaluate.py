@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from rlq.core.validation import check_positive_int
 from rlq.rl.envs import make_vec_env
 
 EVAL_SEED_OFFSET = 10_000
@@ -60,8 +61,7 @@ def evaluate(
     import torch
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    if n_episodes < 1:
-        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    n_episodes = check_positive_int("n_episodes", n_episodes)
     policy = model_or_policy if hasattr(model_or_policy, "predict") else CallablePolicy(model_or_policy)
     env = make_vec_env(env_id, n_envs=1, seed=seed, **env_kwargs)
     try:
