@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rlq.experiments.paper import paper_numbers
 from rlq.experiments.runs import new_run_dir
 from rlq.faces.cli import main
 from rlq.faces.report import build_report, claims_table, collect_runs
@@ -51,7 +52,7 @@ def test_claims_come_from_the_largest_finished_preset(runs, tmp_path):
     cifar = table[(table.experiment == "cifar10") & (table.metric == "compression_ratio")].iloc[0]
     assert cifar.holds == "no finished run"  # the only run failed
     assert (table.holds == "not measured").sum() > 0  # numbers no experiment measures yet are listed too
-    assert len(table) == len(__import__("rlq.experiments.paper").paper.paper_numbers())
+    assert len(table) == len(paper_numbers())
 
 
 def test_report_html_lists_failed_runs_and_the_cli_prints_its_path(runs, tmp_path, capsys):
