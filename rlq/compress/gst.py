@@ -65,7 +65,12 @@ from rlq.compress.masks import mask_of
 from rlq.compress.optimizer_state import reset_optimizer_state_
 from rlq.compress.pruning import SCOPES, magnitude_prune_
 from rlq.compress.reward_aware import RewardAwareConfig, RewardAwareSparsity
-from rlq.compress.transitions import split_blocks_exact_, transition_exact_, transition_projection_
+from rlq.compress.transitions import (
+    record_shifts,
+    split_blocks_exact_,
+    transition_exact_,
+    transition_projection_,
+)
 from rlq.core.validation import check_positive_int
 
 TRANSITION_METHODS = ("exact", "projection")
@@ -226,10 +231,7 @@ def _split_chains_exact_(
             raise ValueError(f"new block size {block_size} does not divide the current block size {size}")
         shifts = split_blocks_exact_(chain, size // block_size)
         _call(mirror_chain, chain_name, partial(split_blocks_exact_, factor=size // block_size))
-        for name, shift in zip(names, shifts, strict=True):
-            if shift is not None:
-                report.shift[name] = shift
-                report.compressed.append(name)
+        record_shifts(report, names, shifts)
     report.covered_fraction = covered_fraction_of(module, report.compressed)
     return report
 

@@ -205,6 +205,14 @@ def split_blocks_exact_(network: nn.Sequential | Sequence[nn.Module], factor: in
     return shifts
 
 
+def record_shifts(report: CompressionReport, names: Sequence[str], shifts: Sequence[float | None]) -> None:
+    """Add each split layer (a shift that is not None) to ``report``'s compressed layers and shifts."""
+    for name, shift in zip(names, shifts, strict=True):
+        if shift is not None:
+            report.shift[name] = shift
+            report.compressed.append(name)
+
+
 def transition_exact_(
     module: nn.Module, new_block_size: int, networks: Networks = "sequential"
 ) -> CompressionReport:
@@ -236,11 +244,7 @@ def transition_exact_(
                 f"the exact split needs each network to be one nn.Sequential chain, but {names} are not; "
                 "use transition_projection_, or split_blocks_exact_ on a chain you have checked"
             )
-        shifts = split_blocks_exact_(container, size // new_block_size)
-        for name, shift in zip(names, shifts, strict=True):
-            if shift is not None:
-                report.shift[name] = shift
-                report.compressed.append(name)
+        record_shifts(report, names, split_blocks_exact_(container, size // new_block_size))
     report.covered_fraction = covered_fraction_of(module, report.compressed)
     return report
 
