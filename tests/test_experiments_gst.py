@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from rlq.experiments import figures
 from rlq.experiments.gst import (
     compare_methods,
     compression_settings,
     controller_decisions,
+    figures,
     method_jobs,
     sweep_jobs,
     sweep_numbers,

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pytest
 
-from rlq.experiments import figures
 from rlq.experiments.quarl import (
     RunSpec,
     actor_breakdown,
     actor_breakdown_shares,
     actorq_numbers,
     actorq_summary,
+    figures,
     learner_breakdown,
     parse_runs,
     ptq_numbers,

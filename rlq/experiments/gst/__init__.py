@@ -1,0 +1,95 @@
+"""GST experiments (Group-Sparse Training): what the GST notebooks call, re-exported from the modules that hold it.
+
+In the order the notebooks call it:
+
+- :mod:`~rlq.experiments.gst.jobs`: :func:`compression_settings` derives GST's and the pruning baseline's
+  callback settings from a notebook's parameters, by one rule for every notebook; :func:`td3_hyperparams`
+  makes TD3's arguments; :func:`method_jobs` (one run per task, seed and method) and :func:`sweep_jobs`
+  (GST's knobs swept) list the runs.
+- :mod:`~rlq.experiments.gst.runs`: :func:`train_and_evaluate_all` trains them (through
+  :func:`train_and_evaluate` and :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
+- :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`controller_decisions`,
+  :func:`gst_start_compression`, :func:`layers_of`, :func:`sweep_table` and :func:`sweep_numbers` turn the
+  tables into what the notebooks show and record.
+- :mod:`~rlq.experiments.gst.classification`: :func:`load_classification_data`, :func:`train_classifiers`,
+  :func:`classification_tables`, :func:`layer_kinds` and :func:`classification_numbers`, the ResNet-32
+  comparison of ``gst_classification``.
+- :mod:`~rlq.experiments.gst.figures`: their Plotly figures (``from rlq.experiments.gst import figures``; not
+  re-exported here, so importing the package does not import Plotly).
+"""
+
+from rlq.experiments.gst.classification import (
+    classification_numbers,
+    classification_tables,
+    layer_kinds,
+    load_classification_data,
+    train_classifiers,
+)
+from rlq.experiments.gst.jobs import (
+    LOG_POINTS,
+    MAX_BUFFER_SIZE,
+    PRUNING_END_FRACTION,
+    PRUNING_START_FRACTION,
+    compression_settings,
+    method_jobs,
+    sweep_jobs,
+    sweep_label,
+    td3_hyperparams,
+)
+from rlq.experiments.gst.runs import (
+    METHODS,
+    RUN_TABLES,
+    CompressedRun,
+    make_callback,
+    run_line,
+    train_and_evaluate,
+    train_and_evaluate_all,
+    train_compressed,
+)
+from rlq.experiments.gst.tables import (
+    SUMMARY_MEANS,
+    compare_methods,
+    controller_decisions,
+    gst_start_compression,
+    layers_of,
+    method_means,
+    score_column,
+    sweep_numbers,
+    sweep_table,
+    transition_shifts,
+)
+
+__all__ = [
+    "LOG_POINTS",
+    "MAX_BUFFER_SIZE",
+    "METHODS",
+    "PRUNING_END_FRACTION",
+    "PRUNING_START_FRACTION",
+    "RUN_TABLES",
+    "SUMMARY_MEANS",
+    "CompressedRun",
+    "classification_numbers",
+    "classification_tables",
+    "compare_methods",
+    "compression_settings",
+    "controller_decisions",
+    "gst_start_compression",
+    "layer_kinds",
+    "layers_of",
+    "load_classification_data",
+    "make_callback",
+    "method_jobs",
+    "method_means",
+    "run_line",
+    "score_column",
+    "sweep_jobs",
+    "sweep_label",
+    "sweep_numbers",
+    "sweep_table",
+    "td3_hyperparams",
+    "train_and_evaluate",
+    "train_and_evaluate_all",
+    "train_classifiers",
+    "train_compressed",
+    "transition_shifts",
+]

@@ -1,0 +1,275 @@
+"""Plotly figures of the GST notebooks: compression and reward over training, methods beside the paper, the sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from rlq.experiments.figures import TEMPLATE
+
+METHOD_COLORS = {"dense": "#636efa", "pruning": "#ef553b", "gst": "#00cc96"}
+"""One color per compression method, in every GST figure."""
+
+
+def compression_figure(
+    history: pd.DataFrame,
+    *,
+    title: str = "Compression ratio over training",
+    facet_col: str | None = None,
+    paper_average: float | None = None,
+    x_label: str = "environment steps",
+) -> go.Figure:
+    """Return each run's compression ratio over training, one color per method (one dash per seed, when there is a seed).
+
+    ``paper_average`` draws the paper's average compression of GST as a dashed line.
+    """
+    fig = px.line(
+        history,
+        x="step",
+        y="compression_ratio",
+        color="method",
+        line_dash="seed" if "seed" in history.columns else None,
+        facet_col=facet_col,
+        line_shape="hv",
+        title=title,
+        template=TEMPLATE,
+        color_discrete_map=METHOD_COLORS,
+        labels={"step": x_label, "compression_ratio": "compression ratio"},
+    )
+    if paper_average is not None:
+        fig.add_hline(y=paper_average, line_dash="dash", annotation_text="paper: GST average")
+    return fig
+
+
+def training_return_figure(
+    curve: pd.DataFrame,
+    *,
+    window: int,
+    title: str = "Training reward",
+    facet_col: str | None = None,
+    x_label: str = "environment steps",
+    y_label: str | None = None,
+) -> go.Figure:
+    """Return each run's training episode returns over training, as a rolling mean of ``window`` episodes."""
+    y_label = y_label or f"return (mean of {window} episodes)"
+    runs = [c for c in ("env_id", "seed", "method") if c in curve.columns]
+    smooth = curve.sort_values("timestep").copy()
+    smooth[y_label] = smooth.groupby(runs)["episode_return"].transform(
+        lambda r: r.rolling(window, min_periods=1).mean()
+    )
+    fig = px.line(
+        smooth,
+        x="timestep",
+        y=y_label,
+        color="method",
+        line_dash="seed",
+        facet_col=facet_col,
+        title=title,
+        template=TEMPLATE,
+        color_discrete_map=METHOD_COLORS,
+        labels={"timestep": x_label},
+        facet_col_spacing=0.08,
+    )
+    if facet_col is not None:  # tasks have their own return scales
+        fig.update_yaxes(matches=None, showticklabels=True)
+    return fig
+
+
+def method_bars_figure(
+    means: pd.DataFrame, *, score: str, score_title: str, paper_average: float | None = None
+) -> go.Figure:
+    """Return each method's average compression (beside the paper's for GST) and its ``score``, as bars.
+
+    ``means`` is :func:`rlq.experiments.gst.method_means`'s table, one row per method.
+    """
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("Average compression ratio over training", score_title)
+    )
+    colors = [METHOD_COLORS.get(m) for m in means.index]
+    fig.add_bar(
+        x=means.index, y=means["avg_compression_ratio"], name="ours", marker_color=colors, row=1, col=1
+    )
+    if paper_average is not None:
+        fig.add_bar(x=["gst (paper)"], y=[paper_average], name="paper", marker_color="grey", row=1, col=1)
+    fig.add_bar(
+        x=means.index, y=means[score], name=score, marker_color=colors, showlegend=False, row=1, col=2
+    )
+    fig.update_layout(template=TEMPLATE, height=420)
+    return fig
+
+
+def gst_gap_figure(
+    means: pd.DataFrame, *, paper_gap_pp: tuple[float, float], paper_best: float | None = None
+) -> go.Figure:
+    """Return per task and method the average compression and the evaluation return, with the paper's gap over pruning.
+
+    ``means`` is :func:`rlq.experiments.gst.method_means` by ``("env_id", "method")``. On GST's bar, the paper's
+    gap over iterative pruning (``paper_gap_pp``, in %p) is drawn on top of our pruning run's average;
+    ``paper_best`` (in %) is the paper's best average compression.
+    """
+    gain_min, gain_max = paper_gap_pp
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("Average compression ratio over training", "Final evaluation return")
+    )
+    env_ids = list(means.index.get_level_values(0).unique())
+    for env_id in env_ids:
+        rows = means.loc[env_id]
+        first = env_id == env_ids[0]
+        for method in rows.index:
+            x = [f"{env_id}<br>{method}"]
+            style = dict(marker_color=METHOD_COLORS.get(method), name=method, legendgroup=method)
+            fig.add_bar(
+                x=x, y=[rows.loc[method, "avg_compression_ratio"]], showlegend=first, row=1, col=1, **style
+            )
+            fig.add_bar(x=x, y=[rows.loc[method, "eval_return"]], showlegend=False, row=1, col=2, **style)
+        if {"gst", "pruning"} <= set(rows.index):
+            base = rows.loc["pruning", "avg_compression_ratio"]
+            fig.add_scatter(
+                x=[f"{env_id}<br>gst"] * 2,
+                y=[base + gain_min / 100, base + gain_max / 100],
+                mode="lines+markers",
+                line=dict(width=8, color="black"),
+                opacity=0.35,
+                name=f"paper: pruning + {gain_min:g} to {gain_max:g} %p",
+                showlegend=first,
+                row=1,
+                col=1,
+            )
+        if "dense" in rows.index:
+            fig.add_hline(
+                y=rows.loc["dense", "eval_return"],
+                line_dash="dot",
+                row=1,
+                col=2,
+                annotation_text="dense (paper: no drop)",
+            )
+    if paper_best is not None:
+        fig.add_hline(
+            y=paper_best / 100,
+            line_dash="dash",
+            row=1,
+            col=1,
+            annotation_text=f"paper: up to {paper_best:g}%",
+        )
+    fig.update_layout(template=TEMPLATE, barmode="group", height=450)
+    return fig
+
+
+def gst_schedule_figure(
+    history: pd.DataFrame, group_keys: Sequence[str], *, reward_title: str = "episode return"
+) -> go.Figure:
+    """Return one GST run's target sparsity, compression ratio and windowed reward over training.
+
+    The run is the first GST run of ``history`` (its ``group_keys`` values name it); crosses mark pruning
+    updates where the reward had dropped (a back-off, then a pause).
+    """
+    gst = history[history["method"] == "gst"]
+    key = gst[list(group_keys)].iloc[0].tolist() if len(gst) else None
+    one = gst[(gst[list(group_keys)] == key).all(axis=1)] if key else gst
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_scatter(x=one["step"], y=one["compression_ratio"], name="compression ratio", line_shape="hv")
+    fig.add_scatter(
+        x=one["step"], y=one["target_sparsity"], name="target sparsity", line_shape="hv", line_dash="dash"
+    )
+    fig.add_scatter(
+        x=one["step"],
+        y=one["mean_reward"],
+        name="training reward (windowed)",
+        secondary_y=True,
+        line_dash="dot",
+    )
+    drops = one[one["decision"].isin(["backoff", "cooldown"]) & (one["event"] != "log")]
+    fig.add_scatter(
+        x=drops["step"],
+        y=drops["target_sparsity"],
+        mode="markers",
+        name="back-off / pause",
+        marker=dict(size=9, symbol="x"),
+    )
+    label = ", ".join(f"{k} {v}" for k, v in zip(group_keys, key or [], strict=False))
+    fig.update_layout(
+        title=f"GST schedule and reward over training ({label})",
+        template=TEMPLATE,
+        xaxis_title="environment steps",
+    )
+    fig.update_yaxes(title_text="ratio", secondary_y=False)
+    fig.update_yaxes(title_text=reward_title, secondary_y=True)
+    return fig
+
+
+REWARD_TRACE = [10.0 + i for i in range(15)] + [8.0] * 8 + [26.0 + i for i in range(12)]
+"""A scripted training reward: rising for 15 updates, dropped for 8, then back above its best for 12."""
+
+
+def reward_aware_demo_figure(sparsity: dict[str, Any], max_sparsity: float = 0.9) -> go.Figure:
+    """Return GST's reward-aware target fed :data:`REWARD_TRACE`, one update per point, with the constants ``sparsity``.
+
+    ``sparsity`` holds :class:`rlq.compress.RewardAwareConfig` fields (a notebook's ``settings["gst"]["sparsity"]``);
+    the cap is ``max_sparsity``, so the rise, the back-off and the pause all show.
+    """
+    from rlq.compress import RewardAwareConfig, RewardAwareSparsity
+
+    controller = RewardAwareSparsity(RewardAwareConfig(**{**sparsity, "max_sparsity": max_sparsity}))
+    targets = [controller.update(r) for r in REWARD_TRACE]
+    updates = list(range(len(REWARD_TRACE)))
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_scatter(x=updates, y=targets, name="target sparsity", line_shape="hv")
+    fig.add_scatter(x=updates, y=REWARD_TRACE, name="scripted reward", secondary_y=True, line_dash="dot")
+    fig.update_layout(
+        title="Reward-aware target on a scripted reward trace", template=TEMPLATE, xaxis_title="update"
+    )
+    fig.update_yaxes(title_text="target sparsity", secondary_y=False)
+    fig.update_yaxes(title_text="reward", secondary_y=True)
+    return fig
+
+
+def sweep_figure(table: pd.DataFrame, dense_return: float | None = None) -> go.Figure:
+    """Return average compression and evaluation return against S_shift, one line per transition method.
+
+    ``table`` is :func:`rlq.experiments.gst.sweep_table`'s; ``dense_return`` draws the dense run's return.
+    """
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("Average compression ratio", "Final evaluation return")
+    )
+    for transition, rows in table.groupby(level=0):
+        shifts = rows.index.get_level_values(1)
+        style = dict(name=transition, legendgroup=transition)
+        fig.add_scatter(x=shifts, y=rows["avg_compression_ratio"], row=1, col=1, **style)
+        fig.add_scatter(x=shifts, y=rows["eval_return"], showlegend=False, row=1, col=2, **style)
+    if dense_return is not None:
+        fig.add_hline(y=dense_return, line_dash="dot", annotation_text="dense", row=1, col=2)
+    fig.update_xaxes(title_text="S_shift")
+    fig.update_layout(template=TEMPLATE, height=420)
+    return fig
+
+
+def sweep_compression_figure(history: pd.DataFrame) -> go.Figure:
+    """Return the GST runs' compression ratio over training, one color per S_shift, one panel per transition."""
+    return px.line(
+        history[history["method"] == "gst"],
+        x="step",
+        y="compression_ratio",
+        color="s_shift",
+        line_dash="transition",
+        facet_col="transition",
+        line_shape="hv",
+        template=TEMPLATE,
+        title="Compression ratio over training",
+        labels={"step": "environment steps"},
+    )
+
+
+def transition_shift_figure(shifts: pd.Series) -> go.Figure:
+    """Return the mean relative weight shift at the block-size transition, per transition method."""
+    return px.bar(
+        shifts.reset_index(),
+        x="transition",
+        y="mean_shift",
+        template=TEMPLATE,
+        title="Mean relative weight shift at the B = 4 to B = 2 transition",
+    )

@@ -1,0 +1,219 @@
+"""GST runs to train: the callback settings every GST notebook derives from its parameters, and the job lists."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlq.core.validation import check_positive_int
+
+PRUNING_START_FRACTION = 0.2
+PRUNING_END_FRACTION = 0.8
+"""The pruning baseline's window: Zhu & Gupta's schedule rises from 20% to 80% of the training updates (the usual
+RL setting, and what the GST paper's iterative-pruning baseline is taken to be; ``/work/shared/papers/gst.md``)."""
+
+MAX_BUFFER_SIZE = 1_000_000
+"""TD3's replay buffer (TD3 paper: 1M); :func:`td3_hyperparams` never makes it larger than the run's steps."""
+
+LOG_POINTS = 200
+"""History rows a GST run logs between its schedule's events (``log_every`` is ``total_timesteps // LOG_POINTS``)."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Settings: one rule for every GST notebook
+
+
+def compression_settings(
+    total_timesteps: int,
+    *,
+    prune_updates: int,
+    max_sparsity: float,
+    sparsity_step: float,
+    reward_tolerance: float,
+    sparsity_backoff: float,
+    block_schedule: Sequence[Sequence[float]],
+    bc_end: float,
+    s_shift: float | None = None,
+    transition_method: str | None = None,
+    reward_abs_tolerance: float = 0.0,
+    learning_starts: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Return ``{"gst": ..., "pruning": ...}``: the settings of :class:`GSTCallback` and :class:`GradualPruningCallback`.
+
+    One rule for every GST notebook, from its parameters:
+
+    - GST updates its reward-aware target every ``total_timesteps // prune_updates`` environment steps, and
+      its target is capped at ``max_sparsity``, rising by ``sparsity_step`` while the windowed reward stays
+      within ``reward_tolerance`` (relative) or ``reward_abs_tolerance`` (absolute) of its best, falling by
+      ``sparsity_backoff`` when it drops. ``s_shift`` and ``transition_method`` are left out when None (a
+      sweep sets them per run).
+    - The pruning baseline reaches ``max_sparsity`` (the same final sparsity as GST's cap) over
+      :data:`PRUNING_START_FRACTION` to :data:`PRUNING_END_FRACTION` of the training updates, that is of the
+      ``total_timesteps - learning_starts`` steps after an off-policy algorithm's random warm-up (0 for
+      on-policy PPO and A2C), in ``prune_updates`` updates.
+
+    The two count their updates differently for off-policy runs: GST's interval counts the warm-up steps,
+    the baseline's does not (so with TD3, GST makes fewer than ``prune_updates`` target updates). Both are
+    kept as the published runs used them: counting GST's over the training updates too would change
+    ``gst_td3_mujoco``'s numbers.
+    """
+    total_timesteps = check_positive_int("total_timesteps", total_timesteps)
+    prune_updates = check_positive_int("prune_updates", prune_updates)
+    if not 0 <= learning_starts < total_timesteps:
+        raise ValueError(f"learning_starts must be in [0, total_timesteps), got {learning_starts}")
+    gst: dict[str, Any] = {
+        "block_schedule": [tuple(pair) for pair in block_schedule],
+        "bc_end": bc_end,
+        "prune_every": max(1, total_timesteps // prune_updates),
+        "sparsity": {
+            "max_sparsity": max_sparsity,
+            "step_size": sparsity_step,
+            "tolerance": reward_tolerance,
+            "abs_tolerance": reward_abs_tolerance,
+            "backoff": sparsity_backoff,
+        },
+    }
+    if s_shift is not None:
+        gst["s_shift"] = s_shift
+    if transition_method is not None:
+        gst["transition_method"] = transition_method
+    # rounded: 0.8 - 0.2 is 0.6000000000000001 in floats, and the window must be exactly 0.6 of the updates
+    window = round(PRUNING_END_FRACTION - PRUNING_START_FRACTION, 9)
+    pruning = {
+        "final_sparsity": max_sparsity,
+        "start_fraction": PRUNING_START_FRACTION,
+        "end_fraction": PRUNING_END_FRACTION,
+        "update_every": max(1, int(window * (total_timesteps - learning_starts)) // prune_updates),
+    }
+    return {"gst": gst, "pruning": pruning}
+
+
+def td3_hyperparams(
+    total_timesteps: int,
+    *,
+    learning_starts: int,
+    batch_size: int,
+    action_noise_std: float,
+    net_arch: Sequence[int],
+) -> dict[str, Any]:
+    """Return TD3's arguments: Gaussian action noise, hidden widths, and a buffer no larger than the run's steps.
+
+    The buffer never holds more than ``total_timesteps`` transitions (at most :data:`MAX_BUFFER_SIZE`), so
+    checkpoints of short runs stay small.
+    """
+    return {
+        "learning_starts": learning_starts,
+        "batch_size": batch_size,
+        "action_noise_std": action_noise_std,
+        "buffer_size": min(MAX_BUFFER_SIZE, total_timesteps),
+        "policy_kwargs": {"net_arch": list(net_arch)},
+    }
+
+
+# --------------------------------------------------------------------------------------------------------
+# Jobs: which runs a notebook trains
+
+
+def method_jobs(
+    out: str | Path,
+    *,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    env_ids: Sequence[str],
+    total_timesteps: int,
+    settings: dict[str, dict[str, Any]],
+    label_env: bool = False,
+    log_points: int = LOG_POINTS,
+    **job: Any,
+) -> list[dict[str, Any]]:
+    """Return one :func:`train_and_evaluate` job per task, seed and method (in that nesting), each in its own folder.
+
+    ``settings`` is :func:`compression_settings`'s result; ``job`` holds the arguments every run shares
+    (``algo``, ``n_envs``, ``hyperparams``, ``eval_episodes``, ...). A run's folder is
+    ``out/runs/<method>__<seed>``, with ``label_env`` ``out/runs/<env id>__<method>__<seed>`` and the env id
+    among the ``keys`` columns of its tables (else ``seed`` and ``method`` only).
+    """
+    jobs = []
+    for env_id in env_ids:
+        for seed in seeds:
+            for method in methods:
+                keys = (
+                    {"env_id": env_id, "seed": seed, "method": method}
+                    if label_env
+                    else {"seed": seed, "method": method}
+                )
+                folder = f"{env_id}__{method}__{seed}" if label_env else f"{method}__{seed}"
+                jobs.append(
+                    dict(
+                        method=method,
+                        env_id=env_id,
+                        total_timesteps=total_timesteps,
+                        seed=seed,
+                        keys=keys,
+                        run_dir=Path(out) / "runs" / folder,
+                        gst=settings["gst"],
+                        pruning=settings["pruning"],
+                        log_every=max(1, total_timesteps // log_points),
+                        **job,
+                    )
+                )
+    return jobs
+
+
+def sweep_label(transition: str, s_shift: float) -> str:
+    """Return the name of one swept GST configuration, e.g. ``"exact, S_shift 0.25"``."""
+    return f"{transition}, S_shift {s_shift:g}"
+
+
+def sweep_jobs(
+    out: str | Path,
+    *,
+    seeds: Sequence[int],
+    s_shifts: Sequence[float],
+    transition_methods: Sequence[str],
+    include_dense: bool,
+    env_id: str,
+    total_timesteps: int,
+    settings: dict[str, dict[str, Any]],
+    log_points: int = 100,
+    **job: Any,
+) -> list[dict[str, Any]]:
+    """Return one :func:`train_and_evaluate` job per seed and configuration: dense, then GST per transition and S_shift.
+
+    Each GST run takes ``settings["gst"]`` with its own ``s_shift`` and ``transition_method``; the tables'
+    ``keys`` are ``seed``, ``method``, ``config`` (:func:`sweep_label`, or ``"dense"``), ``s_shift`` and
+    ``transition``.
+    """
+    configs: list[tuple[str, float | None, str | None]] = [("dense", None, None)] if include_dense else []
+    configs += [("gst", s, t) for t, s in itertools.product(transition_methods, s_shifts)]
+    jobs = []
+    for seed in seeds:
+        for method, shift, transition in configs:
+            config = "dense" if method == "dense" else sweep_label(transition, shift)
+            gst = (
+                {**settings["gst"], "s_shift": shift, "transition_method": transition}
+                if method == "gst"
+                else None
+            )
+            jobs.append(
+                dict(
+                    method=method,
+                    env_id=env_id,
+                    total_timesteps=total_timesteps,
+                    seed=seed,
+                    keys={
+                        "seed": seed,
+                        "method": method,
+                        "config": config,
+                        "s_shift": shift,
+                        "transition": transition,
+                    },
+                    run_dir=Path(out) / "runs" / f"{config.replace(', ', '__').replace(' ', '_')}__{seed}",
+                    gst=gst,
+                    log_every=max(1, total_timesteps // log_points),
+                    **job,
+                )
+            )
+    return jobs

@@ -1,0 +1,255 @@
+"""GST training runs: one run per compression method (dense, pruning, GST), with checkpoints, evaluated and tabled."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+from rlq.core.validation import check_positive_int
+from rlq.rl.evaluate import EVAL_SEED_OFFSET
+from rlq.rl.parallel import run_jobs
+from rlq.sb3.compression import CompressionCallback
+from rlq.sb3.gst import GSTCallback
+from rlq.sb3.pruning import GradualPruningCallback
+
+METHODS = ("dense", "pruning", "gst")
+"""The compression methods of the GST notebooks: dense training, Zhu & Gupta's gradual (iterative) pruning, GST."""
+
+
+@dataclass
+class CompressedRun:
+    """One training run with a compression method, as the GST notebooks use it."""
+
+    method: str
+    model: Any
+    callback: CompressionCallback
+    curve: pd.DataFrame
+    wall_time_s: float
+    resumed_from: int | None
+
+    @property
+    def history(self) -> pd.DataFrame:
+        """Return the callback's history (see :data:`HISTORY_COLUMNS`)."""
+        return self.callback.history
+
+    @property
+    def average_compression_ratio(self) -> float:
+        """Return the compression ratio averaged over the training updates."""
+        return self.callback.average_compression_ratio()
+
+    def summary(self, last_episodes: int = 10) -> dict[str, Any]:
+        """Return the run's headline numbers as one table row.
+
+        ``final_train_return`` is the mean return of the last ``last_episodes`` training episodes.
+        """
+        history = self.history
+        returns = self.curve["episode_return"].tail(last_episodes)
+        return {
+            "method": self.method,
+            "timesteps": int(self.model.num_timesteps),
+            "avg_compression_ratio": self.average_compression_ratio,
+            "start_compression_ratio": float(history["compression_ratio"].iloc[0]),
+            "final_compression_ratio": float(history["compression_ratio"].iloc[-1]),
+            "covered_fraction": self.callback.covered_fraction,
+            "final_train_return": float(returns.mean()) if len(returns) else float("nan"),
+            "episodes": len(self.curve),
+            "wall_time_s": self.wall_time_s,
+        }
+
+
+def make_callback(
+    method: str,
+    gst: dict[str, Any] | None = None,
+    pruning: dict[str, Any] | None = None,
+    reward_window: int = 10,
+    log_every: int = 1000,
+) -> CompressionCallback:
+    """Return the callback of ``method``: ``"dense"`` (records only), ``"pruning"`` or ``"gst"``.
+
+    ``gst`` holds :class:`GSTCallback`'s settings (GSTConfig fields), ``pruning`` those of
+    :class:`GradualPruningCallback` (``final_sparsity`` required).
+    """
+    common = dict(reward_window=reward_window, log_every=log_every)
+    if method == "dense":
+        return CompressionCallback(**common)
+    if method == "gst":
+        return GSTCallback(**common, **(gst or {}))
+    if method == "pruning":
+        settings = dict(pruning or {})
+        if "final_sparsity" not in settings:
+            raise ValueError("the pruning method needs pruning={'final_sparsity': ...}")
+        return GradualPruningCallback(**settings, **common)
+    raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+
+
+def train_compressed(
+    method: str,
+    algo: str,
+    env_id: str,
+    total_timesteps: int,
+    *,
+    seed: int = 0,
+    n_envs: int = 1,
+    hyperparams: dict[str, Any] | None = None,
+    policy: str | None = None,
+    run_dir: str | Path | None = None,
+    checkpoint_every: int = 0,
+    gst: dict[str, Any] | None = None,
+    pruning: dict[str, Any] | None = None,
+    reward_window: int = 10,
+    log_every: int = 1000,
+    callbacks: list[BaseCallback] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> CompressedRun:
+    """Return a run of ``algo`` on ``env_id`` trained with compression ``method`` (see :func:`make_callback`).
+
+    Training goes through :func:`rlq.rl.agents.train_agent` with compressed checkpoints
+    (:func:`rlq.sb3.checkpoint.save_compressed`) every ``checkpoint_every`` steps into ``run_dir``; calling
+    it again with the same ``run_dir`` resumes from the newest checkpoint, schedule state included.
+    ``callbacks`` run after the compression callback (e.g. live progress in :mod:`rlq.faces.widgets`);
+    ``env_kwargs`` go to every env made (:func:`rlq.rl.envs.make_vec_env`).
+    """
+    from rlq.rl.agents import train_agent
+    from rlq.sb3.checkpoint import load_compressed, save_compressed
+
+    callback = make_callback(method, gst, pruning, reward_window, log_every)
+    result = train_agent(
+        algo,
+        env_id,
+        total_timesteps,
+        seed=seed,
+        n_envs=n_envs,
+        hyperparams=hyperparams,
+        run_dir=run_dir,
+        checkpoint_every=checkpoint_every,
+        callback=[callback, *(callbacks or [])],
+        policy=policy,
+        save_model=save_compressed,
+        load_model=load_compressed,
+        env_kwargs=env_kwargs,
+    )
+    if callback.layers is None:  # a finished run resumed: learn() did not run, attach the model for measures
+        callback.init_callback(result.model)
+    return CompressedRun(
+        method, result.model, callback, result.curve, result.wall_time_s, result.resumed_from
+    )
+
+
+def train_and_evaluate(
+    method: str,
+    algo: str,
+    env_id: str,
+    total_timesteps: int,
+    *,
+    seed: int = 0,
+    eval_episodes: int = 5,
+    eval_seed: int | None = None,
+    torch_threads: int | None = None,
+    keys: dict[str, Any] | None = None,
+    last_episodes: int = 10,
+    eval_deterministic: bool = True,
+    **train_kwargs: Any,
+) -> dict[str, Any]:
+    """Return one run's tables as plain data: ``summary`` (a row), ``history``, ``curve``, ``events``, ``layers``.
+
+    :func:`train_compressed` (same arguments; it resumes from ``run_dir``) followed by a deterministic
+    evaluation (``eval_deterministic``) of ``eval_episodes`` episodes (seeded ``eval_seed``, default ``seed +
+    EVAL_SEED_OFFSET``; 0 episodes skips it); ``last_episodes`` training episodes make the summary's
+    ``final_train_return``. Every table carries the ``keys`` columns (e.g. env id, seed, method), and
+    ``keys`` itself is returned too. Picklable, so
+    :func:`rlq.rl.parallel.run_jobs` can run it in worker processes; ``torch_threads`` sets the thread count
+    of the process that trains.
+    """
+    from rlq.rl.evaluate import evaluate
+
+    if torch_threads is not None:
+        torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
+    run = train_compressed(method, algo, env_id, total_timesteps, seed=seed, **train_kwargs)
+    keys = dict(keys or {})
+    summary = {**keys, **run.summary(last_episodes=last_episodes)}
+    if eval_episodes:
+        result = evaluate(
+            run.model,
+            env_id,
+            n_episodes=eval_episodes,
+            seed=seed + EVAL_SEED_OFFSET if eval_seed is None else eval_seed,
+            deterministic=eval_deterministic,
+            **(train_kwargs.get("env_kwargs") or {}),  # the environment the run trained on
+        )
+        summary |= {"eval_return": result.mean, "eval_std": result.std}
+    summary |= {"resumed_from": run.resumed_from}
+    return {
+        "keys": keys,
+        "summary": summary,
+        "history": run.history.assign(**keys),
+        "curve": run.curve.assign(**keys),
+        "events": run.callback.events.assign(**keys),
+        "layers": run.callback.layer_report().assign(**keys),
+    }
+
+
+RUN_TABLES = ("summary", "history", "curve", "events")
+"""Tables :func:`train_and_evaluate_all` gathers over runs and writes as CSV (``layers`` stays per run)."""
+
+
+def train_and_evaluate_all(
+    jobs: Sequence[dict[str, Any]],
+    *,
+    workers: int = 1,
+    out: str | Path | None = None,
+    on_result: Callable[[int, dict[str, Any]], None] | None = None,
+    tables: Sequence[str] = RUN_TABLES,
+    progress: Callable[[str], Any] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, pd.DataFrame]]:
+    """Return every run's result and the runs' tables stacked (:data:`RUN_TABLES`), after training them all.
+
+    Runs :func:`train_and_evaluate` on each job (keyword arguments) in ``workers`` processes through
+    :func:`rlq.rl.parallel.run_jobs`, calling ``on_result(index, result)`` as each finishes. ``summary`` has
+    one row per run; the other tables stack every run's rows (each carries its job's ``keys`` columns).
+    ``tables`` picks which of them to gather. With ``out``, each is also written to ``out/<name>.csv``:
+    the top-level CSVs of a run folder are what ``rlq publish`` commits. ``progress`` (``print`` in a
+    notebook) gets one line per finished run (:func:`run_line`), in the order runs finish.
+    """
+    unknown = sorted(set(tables) - set(RUN_TABLES))
+    if unknown:
+        raise ValueError(f"unknown table(s) {unknown}; the tables of a run are {list(RUN_TABLES)}")
+
+    def finished(index: int, result: dict[str, Any]) -> None:
+        if progress is not None:
+            progress(run_line(result))
+        if on_result is not None:
+            on_result(index, result)
+
+    results = run_jobs(train_and_evaluate, jobs, workers=workers, on_result=finished)
+    stacked: dict[str, pd.DataFrame] = {}
+    for name in tables:
+        if name == "summary":
+            stacked[name] = pd.DataFrame([r["summary"] for r in results])
+        else:
+            stacked[name] = (
+                pd.concat([r[name] for r in results], ignore_index=True) if results else pd.DataFrame()
+            )
+    if out is not None:
+        for name, table in stacked.items():
+            table.to_csv(Path(out) / f"{name}.csv", index=False)
+    return results, stacked
+
+
+def run_line(result: dict[str, Any]) -> str:
+    """Return one finished run (a :func:`train_and_evaluate` result) as a line: its keys, compression, returns, time."""
+    row = result["summary"]
+    label = ", ".join(f"{k} {v}" for k, v in result.get("keys", {}).items() if v is not None)
+    parts = [f"average compression {row['avg_compression_ratio']:.3f}"]
+    if "eval_return" in row:
+        parts.append(f"evaluation return {row['eval_return']:.2f}")
+    parts.append(f"last training episodes {row['final_train_return']:.2f}")
+    parts.append(f"{row['wall_time_s']:.0f} s")
+    if row.get("resumed_from"):
+        parts.append(f"resumed from step {row['resumed_from']}")
+    return f"{label}: " + ", ".join(parts)

@@ -1,0 +1,112 @@
+"""GST tables and headline numbers: methods compared over seeds, the controller's decisions, the S_shift sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from rlq.experiments.compare import reward_drop_vs_dense
+from rlq.experiments.gst.jobs import sweep_label
+from rlq.experiments.gst.runs import METHODS
+
+SUMMARY_MEANS = (
+    "avg_compression_ratio",
+    "final_compression_ratio",
+    "covered_fraction",
+    "eval_return",
+    "final_train_return",
+)
+"""Summary columns :func:`method_means` averages over seeds (``eval_return`` only when the runs were evaluated)."""
+
+
+def score_column(summary: pd.DataFrame) -> str:
+    """Return the column that scores a run: ``eval_return`` when the runs were evaluated, else ``final_train_return``."""
+    return "eval_return" if "eval_return" in summary.columns else "final_train_return"
+
+
+def method_means(summary: pd.DataFrame, by: Sequence[str] = ("method",)) -> pd.DataFrame:
+    """Return the mean over seeds of each method's :data:`SUMMARY_MEANS` columns, one row per ``by`` group (in run order)."""
+    columns = [c for c in SUMMARY_MEANS if c in summary.columns]
+    return summary.groupby(list(by), sort=False)[columns].mean()
+
+
+def _method_mean(means: pd.DataFrame, method: str, column: str) -> float | None:
+    """Return ``method``'s value of ``column`` in :func:`method_means`'s table, or None when it was not run."""
+    return float(means.loc[method, column]) if method in means.index else None
+
+
+def compare_methods(
+    summary: pd.DataFrame, score: str | None = None, score_name: str = "final_return"
+) -> dict[str, Any]:
+    """Return one task's headline numbers: each method's average compression and score, GST against pruning and dense.
+
+    ``summary`` holds the task's runs (one row per seed and method); ``score`` is the column that scores a
+    run (default :func:`score_column`), recorded as ``<score_name>_<method>``. GST's "no reward drop" is judged
+    against seed noise by :func:`rlq.experiments.compare.reward_drop_vs_dense`. A method that was not run
+    gives None.
+    """
+    score = score or score_column(summary)
+    means = method_means(summary)
+    compression = {m: _method_mean(means, m, "avg_compression_ratio") for m in METHODS}
+    gst, pruning = compression["gst"], compression["pruning"]
+    versus_dense = reward_drop_vs_dense(
+        *(summary.loc[summary["method"] == m, score].tolist() for m in ("dense", "gst"))
+    )
+    return {
+        **{f"avg_compression_{m}": compression[m] for m in METHODS},
+        "gap_gst_minus_pruning_pp": 100 * (gst - pruning) if None not in (gst, pruning) else None,
+        **{f"{score_name}_{m}": _method_mean(means, m, score) for m in METHODS},
+        "reward_change_gst_vs_dense_pct": versus_dense["change_pct"],
+        "seed_std_pct_of_dense": versus_dense["seed_std_pct"],
+        "reward_drop_beyond_seed_noise_pct": versus_dense["drop_beyond_noise_pct"],
+        "covered_fraction": _method_mean(means, "gst", "covered_fraction"),
+    }
+
+
+def layers_of(results: Sequence[dict[str, Any]], method: str = "gst") -> pd.DataFrame | None:
+    """Return the layer table (kind, block size, stored and dense weights) of the first run of ``method``, or None."""
+    return next((r["layers"] for r in results if r["summary"]["method"] == method), None)
+
+
+def gst_start_compression(summary: pd.DataFrame) -> float | None:
+    """Return the lowest compression ratio GST runs start training with (block-circulant from step 0), or None."""
+    start = summary.loc[summary["method"] == "gst", "start_compression_ratio"]
+    return float(start.min()) if len(start) else None
+
+
+def controller_decisions(history: pd.DataFrame) -> dict[str, int]:
+    """Return how often GST's reward-aware controller took each decision (rise, backoff, ...) at its pruning updates."""
+    gst = history[history["method"] == "gst"]
+    updates = gst[gst["decision"].notna() & (gst["event"] != "log")]
+    return {str(k): int(v) for k, v in updates["decision"].value_counts().items()}
+
+
+def sweep_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Return the GST runs of a sweep averaged over seeds, one row per (transition, S_shift)."""
+    gst = summary[summary["method"] == "gst"]
+    return gst.groupby(["transition", "s_shift"])[
+        ["avg_compression_ratio", "final_compression_ratio", "eval_return", "final_train_return"]
+    ].mean()
+
+
+def transition_shifts(events: pd.DataFrame) -> pd.Series:
+    """Return the mean relative weight shift at the block-size transitions, per transition method."""
+    return events[events["kind"] == "transition"].groupby("transition")["mean_shift"].mean()
+
+
+def sweep_numbers(table: pd.DataFrame, summary: pd.DataFrame, events: pd.DataFrame) -> dict[str, Any]:
+    """Return a sweep's headline numbers: average compression and return per configuration, the best, the dense return."""
+    dense = summary.loc[summary["method"] == "dense", "eval_return"]
+    best = table["avg_compression_ratio"].idxmax()
+    return {
+        "avg_compression": {
+            sweep_label(t, s): float(v) for (t, s), v in table["avg_compression_ratio"].items()
+        },
+        "eval_return": {sweep_label(t, s): float(v) for (t, s), v in table["eval_return"].items()},
+        "dense_eval_return": float(dense.mean()) if len(dense) else None,
+        "best_config": sweep_label(*best),
+        "best_avg_compression": float(table["avg_compression_ratio"].max()),
+        "transition_shift": {str(k): float(v) for k, v in transition_shifts(events).items()},
+    }
