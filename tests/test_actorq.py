@@ -18,7 +18,7 @@ from rlq.actorq import (
     make_engine,
     train,
 )
-from rlq.actorq.broadcast import QuantizedWeight
+from rlq.actorq.broadcast import QuantizedWeight, quantize_weight
 
 TINY = dict(
     env_id="Pendulum-v1",
@@ -114,6 +114,19 @@ def test_broadcast_sizes_and_roundtrip():
     assert int8.weights["layers.0.weight"].codes.dtype == np.int8
     with pytest.raises(ValueError, match="magic"):
         decode_policy(b"not a policy at all")
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_broadcast_refuses_non_finite_weights_naming_them(precision):
+    """A NaN made its row's scale NaN and every code of that row garbage, sent to every actor."""
+    w = weights_of(arch((16, 16)))
+    w["layers.1.weight"][2, 3] = np.nan
+    with pytest.raises(ValueError, match="weight 'layers.1.weight': it holds 1 NaN and 0 inf among its 256"):
+        encode_policy(w, precision)
+    with pytest.raises(ValueError, match="weight 'mu': it holds 1 NaN"):
+        quantize_weight(w["layers.1.weight"], 8, name="mu")
+    # float broadcasts cast each value on its own, as ptq's fp16 does: the NaN arrives as the one NaN it was
+    assert np.isnan(decode_policy(encode_policy(w, "fp16")).float_weights()["layers.1.weight"]).sum() == 1
 
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["td3", "sac"])

@@ -120,3 +120,12 @@ def test_bad_inputs(tmp_path):
     for threads in [0, -1, 1.5, True]:
         with pytest.raises(ValueError, match="threads"):
             OnnxPolicy(path, threads=threads)
+
+
+def test_int8_export_refuses_non_finite_weights_naming_the_layer(tmp_path):
+    model = mlp()
+    with torch.no_grad():
+        model[2].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="the weight of layer '2' to int8: it holds 1 NaN"):
+        export_onnx(model, tmp_path / "int8.onnx", X, "int8")
+    assert not (tmp_path / "int8.onnx").exists()

@@ -260,3 +260,34 @@ def test_bad_inputs():
         ptq(tiny_cnn(), "int8", calibration=["not a tensor"])
     with pytest.raises(ValueError, match="no batch"):
         ptq(tiny_cnn(), "int8", calibration=[])
+
+
+def with_bad_weight(model: nn.Module, layer: int, value: float) -> nn.Module:
+    with torch.no_grad():
+        model[layer].weight.view(-1)[7] = value  # row 0, column 7 of a Linear weight
+    return model
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4", "int16"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_weights_are_refused_naming_the_layer(precision, bad):
+    """int4 used to zero every other weight of the layer, int8 to fail inside torch (min > max)."""
+    model = with_bad_weight(tiny_mlp(), 2, bad)
+    counts = "1 NaN and 0 inf" if bad != bad else "0 NaN and 1 inf"
+    with pytest.raises(
+        ValueError, match=f"the weight of layer '2' to {precision}: it holds {counts} among its 1024"
+    ):
+        ptq(model, precision)
+    with pytest.raises(ValueError, match="the weight of layer '0' to int8"):
+        ptq(with_bad_weight(tiny_cnn(), 0, bad), "int8", calibration=IMAGES)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precision_casts_carry_a_nan_where_it_was(precision):
+    """A cast maps each value on its own: the NaN stays one NaN and destroys nothing else, so it passes."""
+    model = with_bad_weight(tiny_mlp(), 2, float("nan"))
+    cast = ptq(model, precision).module
+    weight = cast[2].weight.float()
+    assert weight.isnan().sum() == 1 and weight[0, 7].isnan()
+    finite = ~model[2].weight.isnan()
+    torch.testing.assert_close(weight[finite], model[2].weight[finite].detach(), atol=1e-2, rtol=1e-2)

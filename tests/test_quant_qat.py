@@ -165,3 +165,19 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="call prepare_qat_ first"):
         convert_qat_(tiny_mlp())
     assert not is_qat(tiny_mlp())
+
+
+def test_a_nan_weight_during_qat_stops_training_naming_the_layer():
+    """A NaN made the whole channel's fake-quantized weight NaN; training went on with NaN losses."""
+    model = prepare_qat_(tiny_mlp(), bits=4)
+    model(X)
+    with torch.no_grad():
+        model[2].parametrizations.weight.original[3, 5] = float("nan")
+    with pytest.raises(
+        ValueError, match="the weight of layer '2' in QAT: it holds 1 NaN and 0 inf among its 256"
+    ):
+        model(X)
+    set_qat_enabled(model, False)  # before the quantization delay ends the float weights pass as they are
+    assert model(X).isnan().any()
+    with pytest.raises(ValueError, match="layer '2'"):
+        convert_qat_(model)

@@ -106,3 +106,11 @@ def test_relative_change():
     for bad in [0, math.inf, math.nan]:
         with pytest.raises(ValueError, match="non-zero"):
             relative_change(1.0, bad)
+
+
+def test_packing_refuses_non_finite_weights_naming_them():
+    m = model()
+    with torch.no_grad():
+        m[2].weight[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="the weight '2.weight': it holds 0 NaN and 1 inf"):
+        model_size_bytes(m, "int4")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlq.quant import parse_precision, quantize_tensor
-from rlq.quant.tensor import fake_quantize_ste, integer_range, quantization_params
+from rlq.quant.tensor import fake_quantize_ste, integer_range, quantization_params, quantize_to_codes
 
 
 def reference(t: np.ndarray, bits: int, axis: int | None, symmetric: bool) -> np.ndarray:
@@ -146,3 +146,24 @@ def test_quant_imports_no_rl_library():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("axis", [None, 0])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_non_finite_values_are_refused_not_spread(bad, axis, symmetric):
+    """One NaN or inf made the scale NaN, inf or 1 and silently zeroed or NaN-ed the rest of the tensor."""
+    t = torch.tensor([[0.1, -0.5, bad, 1.0], [0.2, 0.3, -0.4, 0.5]])
+    kind = "NaN" if bad != bad else "inf"
+    counts = "1 NaN and 0 inf" if kind == "NaN" else "0 NaN and 1 inf"
+    for quantize in (quantize_tensor, quantize_to_codes, quantization_params):
+        with pytest.raises(ValueError, match=f"the tensor: it holds {counts} among its 8 values"):
+            quantize(t, 8, per_channel_axis=axis, symmetric=symmetric)
+
+
+def test_non_finite_message_counts_and_names():
+    t = torch.tensor([float("nan"), 1.0, float("inf"), float("nan"), -float("inf"), 2.0])
+    with pytest.raises(
+        ValueError, match=r"cannot quantize the weight 'fc\.weight': it holds 2 NaN and 2 inf among"
+    ):
+        quantize_tensor(t, 4, what="the weight 'fc.weight'")

@@ -7,6 +7,11 @@ N-bit codes with one float32 scale per channel (``rlq.quant.tensor``'s rule; N <
 with ``rlq.quant.size.pack_codes``), biases as float32; an int8 blob is about a quarter of the fp32 one.
 Decoding gives the codes back as they are, so that an int8 actor can use them without requantizing;
 decoding fp32, fp16 and int8 needs NumPy only (PyTorch is imported for encoding, bf16 and packed codes).
+
+A weight holding NaN or inf cannot be quantized (its row's scale would wipe out the rest of the row): at an
+integer precision encoding raises a ``ValueError`` naming the weight, so a learner that diverged stops at its
+next broadcast instead of sending garbage to every actor. Float precisions cast each value on its own and send
+a NaN as the one NaN it was, as ``rlq.quant.ptq``'s fp16 / bf16 copies do.
 """
 
 from __future__ import annotations
@@ -59,14 +64,18 @@ class DecodedPolicy:
         }
 
 
-def quantize_weight(weight: np.ndarray, bits: int) -> QuantizedWeight:
-    """Return ``weight`` (out, in) as symmetric per-output-channel ``bits``-bit codes with float32 scales."""
+def quantize_weight(weight: np.ndarray, bits: int, name: str | None = None) -> QuantizedWeight:
+    """Return ``weight`` (out, in) as symmetric per-output-channel ``bits``-bit codes with float32 scales.
+
+    A weight holding NaN or inf raises a ``ValueError`` that names it (``name``) and counts them.
+    """
     import torch
 
     from rlq.quant.tensor import quantize_to_codes
 
     tensor = torch.as_tensor(np.asarray(weight, dtype=np.float32))
-    codes, scale, _ = quantize_to_codes(tensor, bits, per_channel_axis=0, symmetric=True)
+    what = "the weight" if name is None else f"the weight {name!r}"
+    codes, scale, _ = quantize_to_codes(tensor, bits, per_channel_axis=0, symmetric=True, what=what)
     dtype = np.int8 if bits <= 8 else np.int16
     return QuantizedWeight(codes.numpy().astype(dtype), scale.reshape(-1).numpy().astype(np.float32), bits)
 
@@ -74,8 +83,9 @@ def quantize_weight(weight: np.ndarray, bits: int) -> QuantizedWeight:
 def encode_policy(weights: dict[str, np.ndarray], precision: str, version: int = 0) -> bytes:
     """Return the blob of ``weights`` (``{name: float array}``) at ``precision``, tagged with ``version``.
 
-    Arrays whose name ends in ``.weight`` and that are 2-d are quantized at an integer precision; all
-    others (biases) stay float32. Float precisions cast every array.
+    Arrays whose name ends in ``.weight`` and that are 2-d are quantized at an integer precision (one
+    holding NaN or inf raises a ``ValueError`` naming it); all others (biases) stay float32. Float precisions
+    cast every array.
     """
     import torch
 
@@ -96,7 +106,7 @@ def encode_policy(weights: dict[str, np.ndarray], precision: str, version: int =
             else:  # bf16 has no NumPy dtype: send its 16-bit patterns
                 arrays.append((name, torch.from_numpy(value).to(torch.bfloat16).view(torch.int16).numpy()))
         elif name.endswith(".weight") and value.ndim == 2:
-            q = quantize_weight(value, spec.bits)
+            q = quantize_weight(value, spec.bits, name=name)
             packed = spec.bits != 8
             if packed:
                 qmin, _ = integer_range(spec.bits, symmetric=True)

@@ -155,7 +155,7 @@ class OnnxEngine:
             q = weight if isinstance(weight, QuantizedWeight) and weight.bits == 8 else None
             if q is None:
                 dense = weight.dequantize() if isinstance(weight, QuantizedWeight) else weight
-                q = quantize_weight(dense, 8)
+                q = quantize_weight(dense, 8, name=name)
             codes, scale = q.codes, q.scale
             if int8_needs_reduced_range():  # x86 without VNNI saturates full-range int8: use 7-bit codes
                 codes = np.clip(np.rint(codes.astype(np.float32) / 2), -64, 63).astype(np.int8)

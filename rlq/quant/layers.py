@@ -7,6 +7,7 @@ from torch.nn.modules.conv import _ConvNd
 from torch.nn.utils import parametrize
 
 from rlq.core.parametrizations import remove_parametrizations_
+from rlq.quant.tensor import check_finite
 
 QUANTIZABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, _ConvNd)
 """Layers whose ``weight`` rlq quantizes: ``nn.Linear`` and every ``nn.ConvNd`` / ``nn.ConvTransposeNd``."""
@@ -31,6 +32,20 @@ def quantizable_layers(module: nn.Module) -> list[tuple[str, nn.Module]]:
             )
         found.append((name, layer))
     return found
+
+
+def weight_name(name: str) -> str:
+    """Return how error messages name the weight of the layer called ``name`` (``""`` is the root module)."""
+    return f"the weight of layer {name or '<root>'!r}"
+
+
+def check_finite_weights(module: nn.Module, precision: str) -> None:
+    """Raise a ``ValueError`` naming the first Linear / convolution layer whose weight holds NaN or inf.
+
+    Quantizing such a weight would destroy the rest of it (see ``rlq.quant.tensor``); one ``isfinite`` per weight.
+    """
+    for name, layer in quantizable_layers(module):
+        check_finite(layer.weight, f"{weight_name(name)} to {precision}")
 
 
 def has_convolutions(module: nn.Module) -> bool:

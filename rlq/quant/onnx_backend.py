@@ -22,6 +22,7 @@ from torch import Tensor
 from rlq.core.cpu import int8_needs_reduced_range
 from rlq.core.validation import check_positive_int
 from rlq.quant._warnings import quiet_deprecations
+from rlq.quant.layers import check_finite_weights
 from rlq.quant.ptq import Calibration, calibration_batches
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,9 @@ def export_onnx(
     (QDQ, per-channel int8 weights, uint8 activations calibrated on ``calibration``) when calibration data is
     given, which a model with convolutions needs; otherwise dynamic quantization of its MatMul/Gemm nodes
     (int8 weights, activations quantized per batch). An existing file is replaced only with ``overwrite``;
-    the file appears whole or not at all.
+    the file appears whole or not at all. At ``"int8"`` a Linear / convolution weight holding NaN or inf raises
+    a ``ValueError`` naming the layer (ONNX Runtime would fail on it with a bare assertion, or quantize it
+    into garbage); ``"fp32"`` exports such a weight as it is.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
@@ -152,6 +155,8 @@ def export_onnx(
         raise IsADirectoryError(f"{path} is a directory")
     example = torch.as_tensor(example_input)
     batches = calibration_batches(calibration)
+    if precision == "int8":
+        check_finite_weights(module, precision)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rlq-onnx-") as tmp:
         workdir = Path(tmp)

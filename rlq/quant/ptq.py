@@ -20,9 +20,11 @@ from rlq.quant._warnings import quiet_deprecations
 from rlq.quant.activations import attach_input_quantizers
 from rlq.quant.layers import (
     bake_parametrizations,
+    check_finite_weights,
     has_convolutions,
     output_channel_axis,
     quantizable_layers,
+    weight_name,
 )
 from rlq.quant.tensor import Precision, parse_precision, quantize_tensor
 
@@ -117,6 +119,11 @@ def ptq(
       calibrated on ``calibration`` when given, else over each batch's own range.
 
     Parametrizations on weights (e.g. QAT fake quantization) are made permanent in the integer copies.
+
+    Non-finite weights: at ``"int8"`` and ``"intN"`` a Linear / convolution weight holding NaN or inf raises a
+    ``ValueError`` naming the layer and counting them (quantized, it would destroy every other value sharing
+    its scale). ``"fp16"`` / ``"bf16"`` cast each value on its own, so a NaN or inf passes through as itself
+    and changes nothing else: the copy computes what the float model computes.
     """
     _check_module(module)
     spec = parse_precision(precision)
@@ -130,6 +137,7 @@ def ptq(
         raise ValueError(
             f"{type(module).__name__} has no Linear or convolution layer to quantize to {spec.name}"
         )
+    check_finite_weights(model, spec.name)
     if spec.bits == 8:
         return _int8(model, calibration_batches(calibration), activations)
     return _simulated(model, spec.bits, calibration_batches(calibration), activations, per_channel_linear)
@@ -149,10 +157,11 @@ def _simulated(
             for q in quantizers:
                 q.enabled, q.observing = True, False
     with torch.no_grad():
-        for _, layer in quantizable_layers(model):
+        for name, layer in quantizable_layers(model):
             per_channel = per_channel_linear or not isinstance(layer, nn.Linear)
             axis = output_channel_axis(layer) if per_channel else None
-            layer.weight.copy_(quantize_tensor(layer.weight, bits, per_channel_axis=axis))
+            what = f"{weight_name(name)} to int{bits}"
+            layer.weight.copy_(quantize_tensor(layer.weight, bits, per_channel_axis=axis, what=what))
     return model
 
 

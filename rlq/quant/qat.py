@@ -17,7 +17,7 @@ from torch.nn.utils import parametrize
 
 from rlq.core.parametrizations import remove_parametrizations_
 from rlq.quant.activations import attach_input_quantizers, input_quantizers
-from rlq.quant.layers import output_channel_axis, quantizable_layers
+from rlq.quant.layers import output_channel_axis, quantizable_layers, weight_name
 from rlq.quant.tensor import check_bits, fake_quantize_ste, integer_range, quantization_params
 
 
@@ -26,18 +26,25 @@ class WeightFakeQuant(nn.Module):
 
     The scale follows the weight's current range (per slice along ``axis``, or per tensor if None), so no
     value is clipped and the straight-through gradient is the identity. Disabled, the weight passes unchanged.
+
+    A weight that holds NaN or inf when enabled raises a ``ValueError`` naming ``layer_name`` (set by
+    :func:`prepare_qat_`): fake-quantized, it would turn its whole channel to NaN or zero and training would go
+    on with NaN losses, so training stops at the first such forward pass instead. Training that diverges
+    before the quantization delay ends (disabled) is left to the float model, as without QAT.
     """
 
-    def __init__(self, bits: int, axis: int | None = 0):
+    def __init__(self, bits: int, axis: int | None = 0, layer_name: str | None = None):
         super().__init__()
         self.bits = check_bits(bits)
         self.axis = axis
         self.enabled = True
+        self.layer_name = layer_name  # the qualified name of the layer, for error messages
 
     def forward(self, weight: Tensor) -> Tensor:
         if not self.enabled:
             return weight
-        scale, zero_point = quantization_params(weight, self.bits, self.axis, symmetric=True)
+        what = "a QAT weight" if self.layer_name is None else f"{weight_name(self.layer_name)} in QAT"
+        scale, zero_point = quantization_params(weight, self.bits, self.axis, symmetric=True, what=what)
         qmin, qmax = integer_range(self.bits, symmetric=True)
         return fake_quantize_ste(weight, scale, zero_point, qmin, qmax, clipped=False)
 
@@ -78,9 +85,9 @@ def prepare_qat_(
     layers = quantizable_layers(module)
     if not layers:
         raise ValueError(f"{type(module).__name__} has no Linear or convolution layer to quantize")
-    for _, layer in layers:
+    for name, layer in layers:
         axis = output_channel_axis(layer) if per_channel else None
-        parametrize.register_parametrization(layer, "weight", WeightFakeQuant(bits, axis))
+        parametrize.register_parametrization(layer, "weight", WeightFakeQuant(bits, axis, layer_name=name))
     if activations:
         attach_input_quantizers(module, bits, momentum=0.01)
     return module

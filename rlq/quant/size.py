@@ -54,7 +54,8 @@ def pack_state_dict(module: nn.Module, bits: int) -> dict[str, Tensor]:
     Each such weight ``w`` becomes ``w.codes`` (uint8, :func:`pack_codes` of its symmetric per-output-channel
     codes shifted to be non-negative), ``w.scale`` (float32, one per output channel) and ``w.meta``
     (int64: bits, channel axis, shape); every other floating tensor is kept as float32. This is what an ActorQ-style broadcaster
-    needs to send; :func:`unpack_state_dict` turns it back into a loadable state dict.
+    needs to send; :func:`unpack_state_dict` turns it back into a loadable state dict. A weight holding NaN
+    or inf raises a ``ValueError`` naming its key.
     """
     check_bits(bits)
     model = bake_parametrizations(copy.deepcopy(module))
@@ -67,7 +68,9 @@ def pack_state_dict(module: nn.Module, bits: int) -> dict[str, Tensor]:
             packed[key] = tensor.float() if tensor.is_floating_point() else tensor
             continue
         axis = output_channel_axis(layer)
-        codes, scale, _ = quantize_to_codes(tensor, bits, per_channel_axis=axis, symmetric=True)
+        codes, scale, _ = quantize_to_codes(
+            tensor, bits, per_channel_axis=axis, symmetric=True, what=f"the weight {key!r}"
+        )
         packed[key + CODES] = pack_codes(codes - qmin, bits)
         packed[key + SCALE] = scale.float().reshape(-1)
         packed[key + META] = torch.tensor([bits, axis, *tensor.shape], dtype=torch.int64)

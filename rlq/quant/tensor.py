@@ -10,6 +10,13 @@ back to ``scale * (q - zero_point)``; "fake" quantization returns that dequantiz
   max(t.max(), 0)]`` widened to hold zero, ``scale = (hi - lo) / (2^b - 1)``,
   ``zero_point = round(-lo / scale)``.
 
+Every value must be finite: one NaN or inf would make its tensor's (or channel's) scale NaN or inf and so wipe
+out every other value (a NaN scale falls back to 1 and rounds the rest to 0; an inf scale turns them to NaN).
+Quantizing such a tensor raises a ``ValueError`` that counts the NaN and inf values. The check looks at the
+reduced min/max the scale is computed from (NaN and inf reach them, as ``torch.amin``/``amax`` propagate
+NaN), so it costs one tiny ``isfinite`` per tensor, not a pass over it. Casts to fp16 / bf16 (``rlq.quant.ptq``)
+map each value on its own and carry a NaN through as the one NaN it was.
+
 QuaRL's public code (harvard-edge/QuaRL) used the step ``(|min| + |max|) / 2^n`` for linear layers: for a
 range symmetric about zero that is ``2 max|t| / 2^n``, close to our ``2 max|t| / (2^n - 2)``, but it maps
 ``max|t|`` to the code ``2^(n-1)``, one past the largest signed n-bit code, which the rule here cannot.
@@ -104,10 +111,35 @@ def _compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+def non_finite_error(t: Tensor, what: str = "the tensor") -> ValueError:
+    """Return the error for quantizing ``t`` (named ``what``), which holds NaN or inf: it counts them."""
+    x = t.detach()
+    n_nan, n_inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+    return ValueError(
+        f"cannot quantize {what}: it holds {n_nan} NaN and {n_inf} inf among its {x.numel()} values; "
+        "quantization needs finite values (one non-finite value makes the scale non-finite and destroys every "
+        "other value sharing it)"
+    )
+
+
+def check_finite(t: Tensor, what: str = "the tensor") -> None:
+    """Raise a ``ValueError`` counting ``t``'s NaN and inf values (``t`` named ``what``) unless all are finite."""
+    if not bool(torch.isfinite(t.detach()).all()):
+        raise non_finite_error(t, what)
+
+
 def quantization_params(
-    t: Tensor, bits: int, per_channel_axis: int | None = None, symmetric: bool = True
+    t: Tensor,
+    bits: int,
+    per_channel_axis: int | None = None,
+    symmetric: bool = True,
+    *,
+    what: str = "the tensor",
 ) -> tuple[Tensor, Tensor]:
-    """Return ``(scale, zero_point)`` for ``t``, shaped to broadcast against it (see the module docstring)."""
+    """Return ``(scale, zero_point)`` for ``t``, shaped to broadcast against it (see the module docstring).
+
+    Raises a ``ValueError`` naming ``t`` as ``what`` (e.g. ``"the weight of layer 'fc1'"``) if it holds NaN or inf.
+    """
     check_bits(bits)
     dims = _reduce_dims(t, per_channel_axis)
     x = t.detach().to(_compute_dtype(t))
@@ -115,13 +147,19 @@ def quantization_params(
         lo, hi = x.min(), x.max()
     else:
         lo, hi = x.amin(dim=dims, keepdim=True), x.amax(dim=dims, keepdim=True)
+    # min/max propagate NaN and keep inf, so checking them (or the symmetric scale, finite exactly when they
+    # are) sees every non-finite value of t: one small isfinite per tensor on QAT's every forward pass.
     qmin, qmax = integer_range(bits, symmetric)
     if symmetric:
         scale = torch.maximum(lo.abs(), hi.abs()) / qmax
+        finite = torch.isfinite(scale).all()
         zero_point = torch.zeros_like(scale)
     else:
+        finite = (torch.isfinite(lo) & torch.isfinite(hi)).all()
         lo, hi = lo.clamp(max=0), hi.clamp(min=0)
         scale = (hi - lo) / (qmax - qmin)
+    if not bool(finite):
+        raise non_finite_error(t, what)
     # An all-zero slice has scale 0; any positive scale maps it to code 0 and back to exactly 0.
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     if not symmetric:
@@ -155,23 +193,34 @@ def fake_quantize_ste(
 
 
 def quantize_to_codes(
-    t: Tensor, bits: int, per_channel_axis: int | None = None, symmetric: bool = True
+    t: Tensor,
+    bits: int,
+    per_channel_axis: int | None = None,
+    symmetric: bool = True,
+    *,
+    what: str = "the tensor",
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Return the integer codes (int64) of ``t`` with their ``scale`` and ``zero_point``."""
-    scale, zero_point = quantization_params(t, bits, per_channel_axis, symmetric)
+    """Return the integer codes (int64) of ``t`` with their ``scale`` and ``zero_point`` (``t`` must be finite)."""
+    scale, zero_point = quantization_params(t, bits, per_channel_axis, symmetric, what=what)
     qmin, qmax = integer_range(bits, symmetric)
     codes = torch.clamp(torch.round(t.detach().to(scale.dtype) / scale) + zero_point, qmin, qmax)
     return codes.to(torch.int64), scale, zero_point
 
 
 def quantize_tensor(
-    t: Tensor, bits: int, per_channel_axis: int | None = None, symmetric: bool = True
+    t: Tensor,
+    bits: int,
+    per_channel_axis: int | None = None,
+    symmetric: bool = True,
+    *,
+    what: str = "the tensor",
 ) -> Tensor:
     """Return ``t`` fake-quantized to ``bits`` bits: at most ``2^bits`` distinct values per tensor or channel.
 
     ``per_channel_axis`` gives each slice along that axis its own scale (use 0 for the output channels of a
-    Linear or Conv weight). The result has ``t``'s dtype and shape and carries no gradient.
+    Linear or Conv weight). The result has ``t``'s dtype and shape and carries no gradient. A ``t`` holding
+    NaN or inf raises a ``ValueError`` that names it as ``what`` and counts them.
     """
-    scale, zero_point = quantization_params(t, bits, per_channel_axis, symmetric)
+    scale, zero_point = quantization_params(t, bits, per_channel_axis, symmetric, what=what)
     qmin, qmax = integer_range(bits, symmetric)
     return fake_quantize(t.detach(), scale, zero_point, qmin, qmax)
