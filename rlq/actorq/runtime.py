@@ -6,6 +6,9 @@ for results: deterministic, and every second is spent in this process. The Ray r
 actor per ActorQ actor (restarted by Ray up to ``max_actor_restarts`` times) and a small policy-store
 actor; the broadcaster ``ray.put``s each blob into the object store and hands the store its reference;
 actors pull it from there.
+
+``health()`` tells how often each actor died, whether or not the driver has heard from it since: the
+training loop notices a death only when it next collects from that actor, so it asks at the end of a run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,6 +60,16 @@ class ActorFailure(Exception):
         self.actor_id, self.error, self.permanent = actor_id, error, permanent
 
 
+@dataclass(frozen=True)
+class ActorHealth:
+    """What a runtime knows of one actor's deaths."""
+
+    restarts: int
+    """Times the actor died and was started again."""
+    dead: bool
+    """Whether it is dead for good (out of restarts)."""
+
+
 class LocalRuntime:
     """All actors in this process, run in turn (one torch thread each, as the paper's actors)."""
 
@@ -82,6 +96,10 @@ class LocalRuntime:
     def submit(self, actor_id: int, n_steps: int, reseed: int | None = None) -> None:
         """Ask actor ``actor_id`` for ``n_steps`` transitions."""
         self.pending.append((actor_id, n_steps, reseed))
+
+    def health(self) -> list[ActorHealth]:
+        """Return every actor's deaths: none, in-process actors live as long as this process."""
+        return [ActorHealth(0, False) for _ in self.workers]
 
     def wait(self, block: bool = True) -> list[tuple[int, ChunkResult | ActorFailure]]:
         """Return the submitted chunks, run now one after the other."""
@@ -179,6 +197,8 @@ class RayRuntime:
         self.handles: list[Any] = []
         self.store = None
         self.inflight: dict[Any, int] = {}
+        # The processes each actor has been seen in: how health() tells restarts where the GCS cannot.
+        self.pids: list[set[int]] = []
         self._blob_ref = None
         try:
             self.store = ray.remote(num_cpus=0)(_PolicyStoreActor).remote()
@@ -190,7 +210,8 @@ class RayRuntime:
                 kwargs = actor_kwargs(config, arch, backend, i, incarnation)
                 self.handles.append(remote_worker.remote(**kwargs, set_threads=True))
             # Start-up (a process per actor importing torch and the environment) is setup, not training.
-            ray.get([self.store.latest.remote(0)] + [h.ping.remote() for h in self.handles])
+            _, *pids = ray.get([self.store.latest.remote(0)] + [h.ping.remote() for h in self.handles])
+            self.pids = [{pid} for pid in pids]
         except BaseException:
             self.shutdown()
             raise
@@ -228,12 +249,48 @@ class RayRuntime:
         for ref in ready:
             actor_id = self.inflight.pop(ref)
             try:
-                done.append((actor_id, ray.get(ref)))
+                result = ray.get(ref)
+                self.pids[actor_id].add(result.pid)
+                done.append((actor_id, result))
             except ray.exceptions.ActorUnavailableError as e:  # restarting: Ray brings it back
                 done.append((actor_id, ActorFailure(actor_id, e, permanent=False)))
             except ray.exceptions.RayActorError as e:  # dead and out of restarts (ActorDiedError)
                 done.append((actor_id, ActorFailure(actor_id, e, permanent=True)))
         return done
+
+    def health(self, timeout_s: float = 10.0) -> list[ActorHealth]:
+        """Return every actor's restarts and whether it is dead for good, heard from since or not.
+
+        Read from Ray's control store (GCS), which counts each restart once and waits for no actor. Where that
+        table cannot be read (a private Ray API), each actor is pinged instead (for at most ``timeout_s``): a
+        restart then shows as a process id not seen before, or as an actor that is restarting right now, so
+        several deaths between two chunks of one actor count as one.
+        """
+        try:
+            from ray._private.state import actors
+
+            infos = [actors(actor_id=handle._actor_id.hex()) for handle in self.handles]
+            return [ActorHealth(int(info["NumRestarts"]), info["State"] == "DEAD") for info in infos]
+        except Exception as e:  # noqa: BLE001 -- any change of the private API falls back to pings
+            log.debug("Ray's actor table is unreadable (%s); pinging the actors instead", e)
+        return self._health_by_ping(timeout_s)
+
+    def _health_by_ping(self, timeout_s: float) -> list[ActorHealth]:
+        ray = self._ray
+        refs = [handle.ping.remote() for handle in self.handles]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        health = []
+        for ref, seen in zip(refs, self.pids, strict=True):
+            dead = restarting = False
+            if ref in ready:
+                try:
+                    seen.add(ray.get(ref))
+                except ray.exceptions.ActorDiedError:
+                    dead = True
+                except ray.exceptions.RayActorError:  # unavailable: restarting
+                    restarting = True
+            health.append(ActorHealth(len(seen) - 1 + restarting, dead))
+        return health
 
     def drop(self, actor_id: int) -> None:
         """Forget a dead actor's queued chunks."""

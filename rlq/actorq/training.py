@@ -57,6 +57,7 @@ HISTORY_COLUMNS = [
     "policy_version",
 ]
 EPISODE_COLUMNS = ["env_steps", "actor_id", "episode_return"]
+PER_ACTOR_COLUMNS = ["actor_id", "env_steps", "env_step_share", "episodes", "restarts", "lost"]
 
 
 @dataclass
@@ -107,11 +108,15 @@ class ActorQResult:
     actor_steps_per_s: float
     """Environment steps per second of one busy actor (steps / actor seconds, pulls and loads included)."""
     actor_restarts: int
-    """Times a Ray actor died and was restarted."""
+    """Times a Ray actor died and was restarted, each death once: those the driver saw, and at the end of the run
+    those it did not (an actor that died after it last heard from it), from Ray's own count."""
     actors_lost: int
     """Actors that died for good (out of restarts)."""
     episodes: pd.DataFrame
     """Training episodes the actors finished: env_steps, actor_id, episode_return."""
+    per_actor: pd.DataFrame
+    """One row per actor: env_steps it sent, env_step_share (of all), episodes it finished, restarts, lost. A restarted
+    actor loses the chunks it was running and a lost one stops sending: their shares show what that cost."""
     resumed_from: int | None
     """Learner step this run resumed from, or None."""
     checkpoint: Path | None
@@ -217,6 +222,11 @@ class _Run:
         self.broadcasts = int(state.get("broadcasts", 0))
         self.restarts = int(state.get("actor_restarts", 0))
         self.lost = int(state.get("actors_lost", 0))
+        # Each actor's experience and deaths over all attempts; a resumed run may have more actors.
+        self.per_actor = [dict(row) for row in state.get("per_actor", [])]
+        for i in range(len(self.per_actor), config.n_actors):
+            self.per_actor.append(dict(actor_id=i, env_steps=0, episodes=0, restarts=0, lost=False))
+        self.restarts_now = [0] * config.n_actors  # restarts counted in this call, to match runtime.health()
         self.actor_steps = int(state.get("actor_steps", 0))
         self.actor_seconds = float(state.get("actor_seconds", 0.0))
         self.incarnation = int(state.get("resumes", -1)) + 1
@@ -284,6 +294,7 @@ class _Run:
             broadcasts=self.broadcasts,
             actor_restarts=self.restarts,
             actors_lost=self.lost,
+            per_actor=self.per_actor,
             actor_steps=self.actor_steps,
             actor_seconds=self.actor_seconds,
             resumes=self.incarnation,
@@ -318,6 +329,37 @@ class _Run:
                     self.runtime.submit(i, self.config.update_period, self.reseed.pop(i, None))
                     self.queued[i] += 1
 
+    def count_restart(self, i: int) -> None:
+        self.restarts += 1
+        self.restarts_now[i] += 1
+        self.per_actor[i]["restarts"] += 1
+
+    def count_loss(self, i: int) -> None:
+        self.alive.discard(i)
+        self.lost += 1
+        self.per_actor[i]["lost"] = True
+
+    def count_unseen_deaths(self) -> None:
+        """Count the deaths the loop has not seen: it notices one only when it next hears from that actor."""
+        t = time.perf_counter()
+        try:
+            health = self.runtime.health()
+        except Exception as e:  # noqa: BLE001 -- a failed check must not cost the finished run
+            log.warning("could not check the actors' health at the end of the run (%s)", e)
+            return
+        for i, actor in enumerate(health):
+            missed = actor.restarts - self.restarts_now[i]
+            if missed > 0:
+                log.warning(
+                    "actor %d died %d time(s) unnoticed since the learner last heard from it", i, missed
+                )
+                for _ in range(missed):
+                    self.count_restart(i)
+            if actor.dead and i in self.alive:
+                log.warning("actor %d is dead for good", i)
+                self.count_loss(i)
+        self.timers["shutdown"] += time.perf_counter() - t
+
     def on_failure(self, failure: ActorFailure) -> None:
         i = failure.actor_id
         if (
@@ -325,8 +367,7 @@ class _Run:
             or time.perf_counter() - self.failing_since.setdefault(i, time.perf_counter()) > 120
         ):
             log.warning("actor %d is dead for good (%s); training goes on without it", i, failure.error)
-            self.alive.discard(i)
-            self.lost += 1
+            self.count_loss(i)
             if hasattr(self.runtime, "drop"):
                 self.runtime.drop(i)
             self.queued[i] = 0
@@ -337,7 +378,7 @@ class _Run:
             return
         if not self.failing[i]:  # the first failure of this death; queued chunks fail with it
             log.warning("actor %d died (%s); Ray restarts it", i, type(failure.error).__name__)
-            self.restarts += 1
+            self.count_restart(i)
             self.failing[i] = True
         self.generation[i] += 1
         self.reseed[i] = actor_seed(self.config, i, self.incarnation + 1000 * self.generation[i])
@@ -357,7 +398,7 @@ class _Run:
                 continue
             self.failing_since.pop(i, None)
             if self.pids[i] is not None and res.pid != self.pids[i] and not self.failing[i]:
-                self.restarts += 1  # restarted between two chunks, with nothing of it in flight
+                self.count_restart(i)  # restarted between two chunks, with nothing of it in flight
             self.failing[i] = False
             self.pids[i] = res.pid
             t = time.perf_counter()
@@ -370,6 +411,8 @@ class _Run:
             self.actor_steps += res.steps
             self.actor_seconds += chunk_seconds
             self.env_steps += res.steps
+            self.per_actor[i]["env_steps"] += res.steps
+            self.per_actor[i]["episodes"] += len(res.episode_returns)
             for r in res.episode_returns:
                 self.episodes.append(dict(env_steps=self.env_steps, actor_id=i, episode_return=r))
         if not self.runtime.in_process:
@@ -465,7 +508,13 @@ class _Run:
                 stopped = self.callback(progress) is False
         if self.history[-1]["learner_steps"] != self.learner_steps:
             self.evaluate()
+        self.count_unseen_deaths()  # after the evaluation: a death just before the end has reached Ray's records
         self.save()
+
+    def per_actor_frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.per_actor, columns=[c for c in PER_ACTOR_COLUMNS if c != "env_step_share"])
+        frame.insert(2, "env_step_share", frame["env_steps"] / max(self.env_steps, 1))
+        return frame.astype({"env_steps": int, "episodes": int, "restarts": int, "lost": bool})
 
     def result(self) -> ActorQResult:
         c, backend, timings = self.config, self.backend, self.backend_timings
@@ -487,6 +536,7 @@ class _Run:
             actor_restarts=self.restarts,
             actors_lost=self.lost,
             episodes=pd.DataFrame(self.episodes, columns=EPISODE_COLUMNS),
+            per_actor=self.per_actor_frame(),
             resumed_from=int(self.state["learner_steps"]) if self.resumed else None,
             checkpoint=self.checkpoint,
             model=self.learner.model,
