@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -11,10 +12,130 @@ import papermill as pm
 import pytest
 
 from conftest import run_cli
-from rlq.experiments import REQUIRED_PRESETS, get_experiment, list_experiments
+from rlq.experiments.registry import REQUIRED_PRESETS, get_experiment, list_experiments
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 NAMES = [p.stem for p in NOTEBOOKS]
+
+#: notebook -> the numeric headline keys its last cell records with rlq.record(...), each finite at quick. A
+#: dict value counts when it is non-empty and every number in it (nested) is finite. Left out: strings and
+#: lists (labels, sources, bit lists), decision counts, and keys named below that are None at quick.
+HEADLINE_KEYS: dict[str, list[str]] = {
+    "baseline_rl": [
+        "final_mean_return",
+        "final_std_return",
+        "random_mean_return",
+        "train_wall_time_s",
+        "timesteps",
+        "episodes",
+    ],
+    # quick runs dense and GST only (no pruning, so avg_compression_pruning is None) with eval_episodes 0, so
+    # the score is the training return, and no Breakout episode ends in 800 steps: final_score_dense/_gst and
+    # the reward comparisons built on them are None
+    "gst_a2c_atari": [
+        "avg_compression_gst",
+        "avg_compression_dense",
+        "paper_avg_compression",
+        "covered_fraction",
+        "gst_start_compression",
+        "timesteps",
+        "frames",
+    ],
+    "gst_classification": [
+        "dense_test_accuracy",
+        "pruning_test_accuracy",
+        "gst_test_accuracy",
+        "pruning_final_compression",
+        "gst_final_compression",
+        "pruning_avg_compression",
+        "gst_avg_compression",
+        "pruning_accuracy_drop_vs_dense",
+        "gst_accuracy_drop_vs_dense",
+        "gst_wall_time_s",
+        "epochs",
+        "steps",
+    ],
+    # quick's policies score no goal in their one evaluation game, so the dense score is 0 and the reward
+    # comparisons (a % of the dense score) are None
+    "gst_ppo_football": [
+        "avg_compression_dense",
+        "avg_compression_pruning",
+        "avg_compression_gst",
+        "gap_gst_minus_pruning_pp",
+        "final_score_dense",
+        "final_score_pruning",
+        "final_score_gst",
+        "covered_fraction",
+        "paper_avg_compression",
+        "timesteps",
+        "seeds",
+    ],
+    "gst_sweep": [
+        "avg_compression",
+        "eval_return",
+        "dense_eval_return",
+        "best_avg_compression",
+        "transition_shift",
+        "timesteps",
+        "seeds",
+    ],
+    # one seed at quick: seed_std_pct_of_dense is 0 and the reward comparison is defined (Pendulum's dense
+    # return is not 0)
+    "gst_td3_mujoco": [
+        "avg_compression_dense",
+        "avg_compression_pruning",
+        "avg_compression_gst",
+        "gap_gst_minus_pruning_pp",
+        "final_return_dense",
+        "final_return_pruning",
+        "final_return_gst",
+        "reward_change_gst_vs_dense_pct",
+        "seed_std_pct_of_dense",
+        "reward_drop_beyond_seed_noise_pct",
+        "covered_fraction",
+        "per_env",
+        "gst_start_compression",
+        "paper_gap_min_pp",
+        "paper_gap_max_pp",
+        "timesteps",
+        "seeds",
+    ],
+    # 200 learner steps reach no return threshold: time_to_threshold_s holds None and the speedups built on it
+    # (speedup_int8_vs_fp32, speedup_fp16_vs_fp32) are None
+    "quarl_actorq": [
+        "actor_steps_per_s",
+        "bytes_per_broadcast",
+        "actor_breakdown_shares",
+        "final_return",
+        "learner_steps",
+    ],
+    "quarl_latency": [
+        "torch_int8_speedup_batch1",
+        "onnx_int8_speedup_batch1",
+        "onnx_fp32_speedup_batch1",
+        "int8_size_fraction",
+        "threads",
+    ],
+    # lowest_bits_within_tolerance is None only when no width keeps the reward; at quick 16 bits keep PPO's 500
+    "quarl_ptq": [
+        "int8_relative_change",
+        "fp16_relative_change",
+        "lowest_bits_within_tolerance",
+        "fp32_return",
+        "int8_return",
+        "worst_int8_relative_change",
+        "tolerance",
+        "n_runs",
+    ],
+    "quarl_qat": [
+        "qat_return",
+        "ptq_return",
+        "fp32_return",
+        "mean_qat_minus_ptq",
+        "delay_fraction",
+    ],
+    "sparsity_tuner": ["dense_return", "best_compression_within_5pct", "points_explored"],
+}
 
 
 def test_there_are_notebooks():
@@ -53,16 +174,50 @@ def test_experiment_conventions():
         )
 
 
+def test_every_notebook_declares_its_headline_keys():
+    missing, stale = sorted(set(NAMES) - set(HEADLINE_KEYS)), sorted(set(HEADLINE_KEYS) - set(NAMES))
+    assert not missing and not stale, (
+        f"HEADLINE_KEYS must list each notebook's numeric headline keys: missing {missing}, stale {stale}"
+    )
+
+
+def run_failure(name: str, result, out: Path) -> str:
+    """Return why ``rlq run`` failed: the run folder's recorded error, else the tail of stderr."""
+    message = f"rlq run {name} --preset quick exited {result.returncode}"
+    for path in sorted(out.glob(f"{name}/*/results.json"), reverse=True):
+        error = json.loads(path.read_text()).get("error")
+        if error:
+            return f"{message}; {path.parent}/results.json says:\n{error}"
+    return f"{message}; stderr:\n{result.stderr[-3000:]}"
+
+
+def not_finite(value) -> bool:
+    """Return whether ``value`` (a number, or a dict of them, nested) is missing a finite number anywhere."""
+    if isinstance(value, dict):
+        return not value or any(not_finite(v) for v in value.values())
+    try:
+        return not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_at_quick_preset(name, tmp_path):
+    assert name in HEADLINE_KEYS, f"{name}: declare its numeric headline keys in HEADLINE_KEYS"
     missing = get_experiment(name).missing()
     if missing and os.environ.get("RLQ_REQUIRE_FOOTBALL") != "1":  # CI sets it after `make football`
         pytest.skip(f"{name} needs {', '.join(f'{m} ({how})' for m, how in missing.items())}")
     result = run_cli("run", name, "--preset", "quick", "--out", str(tmp_path), "--quiet")
+    if result.returncode != 0:
+        pytest.fail(run_failure(name, result, tmp_path), pytrace=False)
     run_dir = Path(result.stdout.strip().splitlines()[-1])
     results = json.loads((run_dir / "results.json").read_text())
     assert result.returncode == 0 and results["status"] == "ok", results.get("error", result.stderr[-3000:])
     assert (run_dir / "output.ipynb").exists() and (run_dir / "params.json").exists()
+    absent = [key for key in HEADLINE_KEYS[name] if key not in results]
+    assert not absent, f"{name}: results.json lacks headline keys {absent}; it holds {sorted(results)}"
+    bad = {key: results[key] for key in HEADLINE_KEYS[name] if not_finite(results[key])}
+    assert not bad, f"{name}: headline numbers not finite at quick: {bad}"
     if name == "baseline_rl":
         # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
         assert results["final_mean_return"] > max(150, 5 * results["random_mean_return"])
