@@ -55,7 +55,8 @@ def _bad_values(param) -> list[tuple[str, str]]:
             value = bound + delta
             text = (
                 str(int(value))
-                if isinstance(default, int) or (default and isinstance(default[0], int))
+                if isinstance(default, int)
+                or (isinstance(default, list) and default and isinstance(default[0], int))
                 else str(value)
             )
             bad.append((f"out of range ({key}={bound:g})", wrap(text)))
@@ -115,19 +116,21 @@ def test_declared_constraints_hold_for_every_default_and_preset():
 
 
 def test_constraint_syntax():
-    c = parse_constraint("bit widths swept [items=int min=2 max=16 min_len=1]", "here")
+    c = parse_constraint("bit widths swept [items: int, min: 2, max: 16, min_len: 1]", "here")
     assert (c.items, c.min, c.max, c.min_len) == (int, 2.0, 16.0, 1)
     check_value("bits", [2, 8, 16], [8], c)
     for bad in ([1], [17], [], [8, "x"], [8.5]):
         with pytest.raises(ConstraintError, match="bits"):
             check_value("bits", bad, [8], c)
     assert parse_constraint("no bracket here", "here") == Constraint()
+    assert parse_constraint("a list [1, 2] mid-comment", "here") == Constraint()
+    assert parse_constraint("x [choices: a|b c|d]", "here").choices == ("a", "b c", "d")
     with pytest.raises(ConstraintError, match="unknown constraint key"):
-        parse_constraint("x [bogus=1]", "here")
+        parse_constraint("x [bogus: 1]", "here")
     with pytest.raises(ConstraintError, match="cannot read"):
-        parse_constraint("x [min=abc]", "here")
-    assert parse_constraint("x [nonfinite=ok]", "here").nonfinite
-    check_value("t", float("inf"), 1.0, parse_constraint("x [nonfinite=ok]", "here"))
+        parse_constraint("x [min: abc]", "here")
+    assert parse_constraint("x [nonfinite: ok]", "here").nonfinite
+    check_value("t", float("inf"), 1.0, parse_constraint("x [nonfinite: ok]", "here"))
     with pytest.raises(ConstraintError, match="finite"):
         check_value("t", float("nan"), 1.0, Constraint())
     with pytest.raises(ConstraintError, match="finite"):
@@ -182,7 +185,7 @@ def _sleepy_notebook(folder: Path) -> None:
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Sleepy: a run that takes a while"),
         nbformat.v4.new_code_cell(
-            "seconds = 60.0  # how long to sleep [min=0]", metadata={"tags": ["parameters"]}
+            "seconds = 60.0  # how long to sleep [min: 0]", metadata={"tags": ["parameters"]}
         ),
         nbformat.v4.new_code_cell(
             'PRESETS = {"quick": {}, "paper": {}}\nPRESET_WALL_TIMES = {"quick": "1 min", "paper": "1 min"}',

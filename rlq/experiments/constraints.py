@@ -1,20 +1,21 @@
 """Constraints a notebook declares for its parameters, checked before a kernel starts.
 
-A parameter's comment may end with a bracket of ``key=value`` pairs, beside its literal::
+A parameter's comment may end with a bracket of ``key: value`` pairs separated by commas, beside its
+literal (no ``=`` in it: papermill skips a line holding two)::
 
-    timesteps = 20000  # environment steps per run [min=1]
-    delay_fraction = 0.5  # share of training before fake quantization starts [min=0 max=1]
-    algorithm = "PPO"  # SB3 algorithm [kind=algorithm]
-    env_id = "CartPole-v1"  # Gymnasium id [kind=env_id]
-    bit_widths = [8, 6, 4]  # bit widths swept [items=int min=2 max=16 min_len=1]
-    method = "gst"  # compression [choices=dense,pruning,gst]
+    timesteps = 20000  # environment steps per run [min: 1]
+    delay_fraction = 0.5  # share of training before fake quantization starts [min: 0, max: 1]
+    algorithm = "PPO"  # SB3 algorithm [kind: algorithm]
+    env_id = "CartPole-v1"  # Gymnasium id [kind: env_id]
+    bit_widths = [8, 6, 4]  # bit widths swept [items: int, min: 2, max: 16, min_len: 1]
+    method = "gst"  # compression [choices: dense|pruning|gst]
 
-Keys: ``min``/``max`` (inclusive) and ``gt``/``lt`` (exclusive) bounds; ``choices`` (comma-separated);
+Keys: ``min``/``max`` (inclusive) and ``gt``/``lt`` (exclusive) bounds; ``choices`` (separated by ``|``);
 ``items`` (the type of a list's items: int, float, str or bool); ``min_len`` (a list's shortest length);
-``kind`` (``env_id``: a registered environment; ``algorithm``: an SB3 algorithm name); ``nonfinite=ok``
+``kind`` (``env_id``: a registered environment; ``algorithm``: an SB3 algorithm name); ``nonfinite: ok``
 (NaN and infinity are meaningful here). For a list, bounds, choices and kind apply to every item.
 
-Whatever is declared or not, a float that is NaN or infinite is rejected (unless ``nonfinite=ok``), and
+Whatever is declared or not, a float that is NaN or infinite is rejected (unless ``nonfinite: ok``), and
 the items of a list whose default holds items of one type must have that type.
 """
 
@@ -27,7 +28,7 @@ from typing import Any
 
 ITEM_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 KINDS = ("env_id", "algorithm")
-_BRACKET = re.compile(r"\[((?:\s*\w+=[^\]\s]+)+)\s*\]\s*$")
+_BRACKET = re.compile(r"\[(\s*\w+:[^\]]*)\]\s*$")
 
 
 class ConstraintError(ValueError):
@@ -67,13 +68,13 @@ def parse_constraint(comment: str, where: str) -> Constraint:
     if not found:
         return Constraint()
     fields: dict[str, Any] = {}
-    for pair in found.group(1).split():
-        key, _, text = pair.partition("=")
+    for pair in found.group(1).split(","):
+        key, _, text = (part.strip() for part in pair.partition(":"))
         try:
             if key in ("min", "max", "gt", "lt"):
                 fields[key] = float(text)
             elif key == "choices":
-                fields[key] = tuple(c for c in text.split(",") if c)
+                fields[key] = tuple(c.strip() for c in text.split("|") if c.strip())
             elif key == "items":
                 fields[key] = ITEM_TYPES[text]
             elif key == "min_len":
@@ -93,7 +94,7 @@ def parse_constraint(comment: str, where: str) -> Constraint:
         except (KeyError, ValueError) as e:
             if isinstance(e, ConstraintError):
                 raise
-            raise ConstraintError(f"{where}: cannot read constraint {pair!r}") from None
+            raise ConstraintError(f"{where}: cannot read constraint {pair.strip()!r}") from None
     return Constraint(**fields)
 
 
