@@ -41,10 +41,10 @@ _HOMES = {
     "PolicyNet": "policy",
     "architecture_of": "policy",
     "policy_weights": "policy",
-    "BREAKDOWN_KEYS": "training",
-    "ActorQResult": "training",
-    "TrainingProgress": "training",
-    "time_to_return": "training",
+    "BREAKDOWN_KEYS": "result",
+    "ActorQResult": "result",
+    "TrainingProgress": "result",
+    "time_to_return": "result",
     "ray_session": "runtime",
     "train": "training",
 }
@@ -56,8 +56,9 @@ if TYPE_CHECKING:
     from rlq.actorq.d4pg import D4PG, categorical_projection
     from rlq.actorq.inference import OnnxEngine, TorchEngine, choose_backend, make_engine, measure_engines
     from rlq.actorq.policy import PolicyNet, architecture_of, policy_weights
+    from rlq.actorq.result import BREAKDOWN_KEYS, ActorQResult, TrainingProgress, time_to_return
     from rlq.actorq.runtime import ray_session
-    from rlq.actorq.training import BREAKDOWN_KEYS, ActorQResult, TrainingProgress, time_to_return, train
+    from rlq.actorq.training import train
 
 
 def __getattr__(name: str):

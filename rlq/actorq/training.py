@@ -15,164 +15,31 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from rlq.actorq.actor import ACTOR_TIMERS
-from rlq.actorq.broadcast import decode_policy, encode_policy
+from rlq.actorq.broadcast import encode_policy
 from rlq.actorq.config import ActorQConfig
-from rlq.actorq.inference import choose_backend, make_engine
+from rlq.actorq.evaluation import Evaluator
+from rlq.actorq.inference import choose_backend
 from rlq.actorq.learner import Learner, check_resumable, has_checkpoint, write_config
-from rlq.actorq.policy import PolicyArchitecture, architecture_of, policy_weights
+from rlq.actorq.policy import architecture_of, policy_weights
+from rlq.actorq.result import (
+    BREAKDOWN_KEYS,
+    EPISODE_COLUMNS,
+    HISTORY_COLUMNS,
+    LEARNER_TIMERS,
+    PER_ACTOR_COLUMNS,
+    ActorQResult,
+    TrainingProgress,
+)
 from rlq.actorq.runtime import ActorFailure, actor_seed, make_runtime
 from rlq.quant.latency import torch_threads
 
 log = logging.getLogger(__name__)
-
-LEARNER_TIMERS = (
-    "learner_insert",
-    "learner_sample",
-    "learner_update",
-    "broadcast",
-    "learner_wait",
-    "evaluate",
-    "checkpoint",
-    "setup",
-    "shutdown",
-    "driver_other",
-)
-"""Breakdown keys of the driver's time (learner, broadcaster, evaluation, start-up), in seconds."""
-BREAKDOWN_KEYS = ACTOR_TIMERS + LEARNER_TIMERS
-"""Every key of :attr:`ActorQResult.breakdown`."""
-HISTORY_COLUMNS = [
-    "wall_time_s",
-    "env_steps",
-    "learner_steps",
-    "eval_return",
-    "eval_return_std",
-    "policy_version",
-]
-EPISODE_COLUMNS = ["env_steps", "actor_id", "episode_return"]
-PER_ACTOR_COLUMNS = ["actor_id", "env_steps", "env_step_share", "episodes", "restarts", "lost"]
-
-
-@dataclass
-class TrainingProgress:
-    """What a ``train`` callback sees after each round of learner updates."""
-
-    learner_steps: int
-    """Gradient steps done so far."""
-    env_steps: int
-    """Transitions inserted into the replay buffer so far."""
-    wall_time_s: float
-    """Training wall-clock so far (evaluation and checkpoints excluded)."""
-    eval_return: float | None
-    """Latest evaluation return, None before the first."""
-    actors: list[Any]
-    """The actors: Ray actor handles (``backend="ray"``) or the in-process ``ActorWorker`` objects."""
-    backend: str
-    """``local`` or ``ray``."""
-
-
-@dataclass
-class ActorQResult:
-    """The outcome of :func:`train`: learning curve, time breakdown and communication cost."""
-
-    config: ActorQConfig
-    """The configuration it ran with."""
-    history: pd.DataFrame
-    """One row per evaluation: wall_time_s (training wall-clock), env_steps, learner_steps, eval_return(_std), policy_version."""
-    breakdown: dict[str, float]
-    """Seconds per component (:data:`BREAKDOWN_KEYS`). Actor keys are summed over actors; with the local backend all
-    keys add up to ``elapsed_s``, with Ray the learner keys do and the actors ran beside them."""
-    bytes_per_broadcast: int
-    """Size of one broadcast blob in bytes."""
-    elapsed_s: float
-    """Seconds of this run, start-up, evaluation and earlier attempts of a resumed run included."""
-    wall_time_s: float
-    """Training wall-clock: ``elapsed_s`` less start-up, evaluation and checkpoints."""
-    env_steps: int
-    """Transitions collected by the actors."""
-    learner_steps: int
-    """Gradient steps of the learner."""
-    broadcasts: int
-    """Policies published."""
-    actor_backend: str
-    """Inference engine the actors used, e.g. ``onnx-int8``."""
-    backend_timings: dict[str, dict[str, float]]
-    """Measured batch-1 latency and load time per candidate engine (when ``actor_backend="auto"``)."""
-    actor_steps_per_s: float
-    """Environment steps per second of one busy actor (steps / actor seconds, pulls and loads included)."""
-    actor_restarts: int
-    """Times a Ray actor died and was restarted, each death once: those the driver saw, and at the end of the run
-    those it did not (an actor that died after it last heard from it), from Ray's own count."""
-    actors_lost: int
-    """Actors that died for good (out of restarts)."""
-    episodes: pd.DataFrame
-    """Training episodes the actors finished: env_steps, actor_id, episode_return."""
-    per_actor: pd.DataFrame
-    """One row per actor: env_steps it sent, env_step_share (of all), episodes it finished, restarts, lost. A restarted
-    actor loses the chunks it was running and a lost one stops sending: their shares show what that cost."""
-    resumed_from: int | None
-    """Learner step this run resumed from, or None."""
-    checkpoint: Path | None
-    """Newest checkpoint's model file, or None."""
-    model: Any = field(repr=False, default=None)
-    """The learner's SB3 model (fp32)."""
-
-    def time_to_return(self, threshold: float) -> float | None:
-        """Return the training wall-clock at which the evaluation return first reached ``threshold``, or None."""
-        return time_to_return(self.history, threshold)
-
-    def breakdown_shares(self, keys: tuple[str, ...] = ACTOR_TIMERS) -> dict[str, float]:
-        """Return each of ``keys``' share of their summed time."""
-        total = sum(self.breakdown[k] for k in keys)
-        return {k: (self.breakdown[k] / total if total > 0 else 0.0) for k in keys}
-
-
-def time_to_return(history: pd.DataFrame, threshold: float) -> float | None:
-    """Return the first ``wall_time_s`` whose ``eval_return`` is at least ``threshold`` (None if never)."""
-    reached = history[history["eval_return"] >= threshold]
-    return None if reached.empty else float(reached["wall_time_s"].iloc[0])
-
-
-class Evaluator:
-    """Evaluates a broadcast policy as the actors act with it (same engine and precision), without noise.
-
-    Every evaluation plays ``eval_episodes`` episodes on one environment kept open, episode ``k`` reset
-    with seed ``seed + 10_000 + k``, so that all evaluations of a run (and of runs with the same seed)
-    face the same episodes.
-    """
-
-    def __init__(self, config: ActorQConfig, arch: PolicyArchitecture, backend: str):
-        from rlq.rl.envs import make_env
-
-        self.config, self.arch = config, arch
-        self.engine = make_engine(arch, config.actor_precision, backend)
-        self.env = make_env(config.env_id)
-
-    def __call__(self, blob: bytes) -> tuple[float, float]:
-        self.engine.load(decode_policy(blob))
-        returns = []
-        for k in range(self.config.eval_episodes):
-            obs, _ = self.env.reset(seed=self.config.seed + 10_000 + k)
-            total, done = 0.0, False
-            while not done:
-                out = self.engine(np.asarray(obs, dtype=np.float32).reshape(1, -1))
-                action = np.tanh(out[0][0]) if self.arch.stochastic else out[0][0]
-                obs, reward, terminated, truncated, _ = self.env.step(self.arch.unscale(action))
-                total += float(reward)
-                done = terminated or truncated
-            returns.append(total)
-        return float(np.mean(returns)), float(np.std(returns))
-
-    def close(self) -> None:
-        """Close the evaluation environment."""
-        self.env.close()
 
 
 def train(
