@@ -68,6 +68,13 @@ def _bad_values(param) -> list[tuple[str, str]]:
         bad.append(
             ("unknown env id", wrap('"NoSuchEnv-v9"' if isinstance(default, list) else "NoSuchEnv-v9"))
         )
+    if c.kind == "run":
+        bad += [
+            ("unknown algorithm in a run", '[["NOPE", "CartPole-v1", 100]]'),
+            ("unknown env id in a run", '[["PPO", "NoSuchEnv-v9", 100]]'),
+            ("no training steps in a run", '[["PPO", "CartPole-v1", 0]]'),
+            ("a run without its steps", '[["PPO", "CartPole-v1"]]'),
+        ]
     if c.kind == "algorithm":
         bad.append(("unknown algorithm", wrap('"NOPE"' if isinstance(default, list) else "NOPE")))
     return bad

@@ -12,7 +12,8 @@ literal (no ``=`` in it: papermill skips a line holding two)::
 
 Keys: ``min``/``max`` (inclusive) and ``gt``/``lt`` (exclusive) bounds; ``choices`` (separated by ``|``);
 ``items`` (the type of a list's items: int, float, str or bool); ``min_len`` (a list's shortest length);
-``kind`` (``env_id``: a registered environment; ``algorithm``: an SB3 algorithm name); ``nonfinite: ok``
+``kind`` (``env_id``: a registered environment; ``algorithm``: an SB3 algorithm name; ``run``: a QuaRL run
+``[algorithm, env_id, steps]`` with optional hyperparameters as a 4th item); ``nonfinite: ok``
 (NaN and infinity are meaningful here). For a list, bounds, choices and kind apply to every item.
 
 Whatever is declared or not, a float that is NaN or infinite is rejected (unless ``nonfinite: ok``), and
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ITEM_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
-KINDS = ("env_id", "algorithm")
+KINDS = ("env_id", "algorithm", "run")
 _BRACKET = re.compile(r"\[(\s*\w+:[^\]]*)\]\s*$")
 
 
@@ -140,6 +141,8 @@ def _check_scalar(name: str, value: Any, c: Constraint) -> None:
             check_env_id(value)
         except (ValueError, ImportError) as e:
             raise ConstraintError(f"parameter {name!r}: {e}") from None
+    elif c.kind == "run":
+        _check_run(name, value)
     elif c.kind == "algorithm":
         from rlq.rl.agents import algorithm_class
 
@@ -171,3 +174,21 @@ def check_value(name: str, value: Any, default: Any, constraint: Constraint) -> 
             _check_scalar(f"{name}[{i}]", item, constraint)
         return
     _check_scalar(name, value, constraint)
+
+
+def _check_run(name: str, run: Any) -> None:
+    """Raise ConstraintError naming ``name`` unless ``run`` is ``[algorithm, env_id, steps(, hyperparams)]``."""
+    if not isinstance(run, list) or len(run) not in (3, 4):
+        raise ConstraintError(
+            f"parameter {name!r} must be [algorithm, environment id, training steps] with optional "
+            f"hyperparameters as a 4th item, got {run!r}"
+        )
+    algorithm, env_id, steps = run[:3]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConstraintError(f"parameter {name!r}: training steps must be a positive int, got {steps!r}")
+    if len(run) == 4 and not isinstance(run[3], dict):
+        raise ConstraintError(f"parameter {name!r}: hyperparameters must be a dict, got {run[3]!r}")
+    for kind, value in (("algorithm", algorithm), ("env_id", env_id)):
+        if not isinstance(value, str):
+            raise ConstraintError(f"parameter {name!r}: the {kind} must be a string, got {value!r}")
+        _check_scalar(name, value, Constraint(kind=kind))
