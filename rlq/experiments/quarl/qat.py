@@ -35,18 +35,10 @@ def ptq_after_training(
     The agent trains (or resumes) in ``folder/fp32``; the evaluation plays ``eval_episodes`` episodes seeded
     ``seed +`` :data:`EVAL_SEED_OFFSET`, the calibration rollout is seeded ``seed +`` :data:`CALIBRATION_SEED_OFFSET`.
     """
-    from rlq.rl.agents import train_agent
     from rlq.sb3.quantized import collect_observations, evaluate_precisions
 
-    fp32 = train_agent(
-        spec.algorithm,
-        spec.env_id,
-        spec.steps,
-        seed=seed,
-        n_envs=spec.n_envs(n_envs_on_policy),
-        hyperparams=spec.hyperparams,
-        run_dir=Path(folder) / "fp32",
-        checkpoint_every=checkpoint_every,
+    fp32 = spec.train(
+        Path(folder) / "fp32", seed=seed, n_envs_on_policy=n_envs_on_policy, checkpoint_every=checkpoint_every
     )
     calibration = collect_observations(
         spec.env_id, calibration_steps, model=fp32.model, seed=seed + CALIBRATION_SEED_OFFSET
@@ -87,7 +79,6 @@ def qat_agent(
     checkpoint has none and gets ones calibrated on ``calibration``, like PTQ.
     """
     from rlq.quant.activations import input_quantizers
-    from rlq.rl.agents import train_agent
     from rlq.rl.evaluate import evaluate
     from rlq.sb3.qat import QATCallback
     from rlq.sb3.quantized import quantized_policy
@@ -99,14 +90,10 @@ def qat_agent(
         per_channel=per_channel,
         skip_first_last=skip_first_last,
     )
-    trained = train_agent(
-        spec.algorithm,
-        spec.env_id,
-        spec.steps,
+    trained = spec.train(
+        Path(folder) / f"qat{bits}",
         seed=seed,
-        n_envs=spec.n_envs(n_envs_on_policy),
-        hyperparams=spec.hyperparams,
-        run_dir=Path(folder) / f"qat{bits}",
+        n_envs_on_policy=n_envs_on_policy,
         checkpoint_every=checkpoint_every,
         callback=callback,
     )

@@ -56,6 +56,30 @@ class RunSpec:
         """Return how many environments the run trains with: ``n_envs_on_policy`` for A2C and PPO, else 1."""
         return n_envs_on_policy if self.algorithm in ON_POLICY else 1
 
+    def train(
+        self,
+        folder: str | Path,
+        *,
+        seed: int,
+        n_envs_on_policy: int,
+        checkpoint_every: int = 0,
+        callback: Any = None,
+    ) -> TrainedAgent:
+        """Return this run's agent trained (or resumed) in ``folder`` with ``seed``, its hyperparameters and envs."""
+        from rlq.rl.agents import train_agent
+
+        return train_agent(
+            self.algorithm,
+            self.env_id,
+            self.steps,
+            seed=seed,
+            n_envs=self.n_envs(n_envs_on_policy),
+            hyperparams=self.hyperparams,
+            run_dir=folder,
+            checkpoint_every=checkpoint_every,
+            callback=callback,
+        )
+
 
 def parse_runs(runs: Sequence[Sequence[Any]]) -> list[RunSpec]:
     """Return a notebook's ``runs`` parameter as :class:`RunSpec` objects."""
@@ -81,20 +105,12 @@ def train_fp32_agents(
     progress: Progress = None,
 ) -> dict[str, AgentRun]:
     """Return one fp32 agent per run (by :attr:`RunSpec.name`), each trained in ``out/agents/<run>/`` and resumable there."""
-    from rlq.rl.agents import train_agent
 
     agents = {}
     for spec in specs:
         folder = Path(out) / "agents" / spec.folder
-        trained = train_agent(
-            spec.algorithm,
-            spec.env_id,
-            spec.steps,
-            seed=seed,
-            n_envs=spec.n_envs(n_envs_on_policy),
-            hyperparams=spec.hyperparams,
-            run_dir=folder,
-            checkpoint_every=checkpoint_every,
+        trained = spec.train(
+            folder, seed=seed, n_envs_on_policy=n_envs_on_policy, checkpoint_every=checkpoint_every
         )
         agents[spec.name] = AgentRun(spec, folder, trained)
         if progress is not None:
