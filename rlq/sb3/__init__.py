@@ -10,4 +10,6 @@ Submodules are imported on demand:
 - ``rlq.sb3.checkpoint``: saving and loading compressed models, schedule state included.
 - ``rlq.sb3.qat``: ``QATCallback``, quantization-aware training that provably quantizes.
 - ``rlq.sb3.quantized``: any SB3 model evaluated at any precision (fp16, int8, simulated int2..int16).
+- ``rlq.sb3.action_path``: the network from observation to action of any SB3 policy, and its observation
+  preprocessing (what ``quantized`` quantizes and exports).
 """
