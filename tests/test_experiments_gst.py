@@ -249,3 +249,32 @@ def test_normalize_method_names_maps_every_legacy_name_in_params_and_leaves_toda
     pd.testing.assert_frame_equal(normalize_method_names(today), today)
     with pytest.raises(TypeError):
         normalize_method_names([1, 2])
+
+
+def test_train_and_evaluate_evaluates_stochastically_when_asked(tmp_path):
+    """eval_deterministic reaches the evaluation (it was once accepted and dropped: issue 14)."""
+    from rlq.experiments.gst import train_and_evaluate
+
+    common = dict(
+        seed=0,
+        eval_episodes=5,
+        hyperparams={"n_steps": 32, "batch_size": 32, "n_epochs": 1},
+        log_every=32,
+    )
+
+    def eval_return(name: str, deterministic: bool) -> float:
+        result = train_and_evaluate(
+            "dense",
+            "PPO",
+            "CartPole-v1",
+            64,
+            run_dir=tmp_path / name,
+            eval_deterministic=deterministic,
+            **common,
+        )
+        return result["summary"]["eval_return"]
+
+    deterministic, stochastic = eval_return("a", True), eval_return("b", False)
+    # an untrained policy: its argmax action topples the pole in about 9 steps; sampling lasts longer
+    assert deterministic != stochastic
+    assert eval_return("c", False) == stochastic  # the same seed gives the same stochastic episodes
