@@ -6,7 +6,8 @@ import tempfile
 
 import pytest
 
-from rlq.rl.agents import ALGORITHM_NAMES, latest_checkpoint, make_model, train_agent
+from rlq.rl.agents import latest_checkpoint, make_model, train_agent
+from rlq.rl.algorithms import ALGORITHM_NAMES
 from rlq.rl.episodes import finished_episodes
 
 TINY = {"policy_kwargs": {"net_arch": [8]}}

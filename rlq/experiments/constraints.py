@@ -144,11 +144,11 @@ def _check_scalar(name: str, value: Any, c: Constraint) -> None:
     elif c.kind == "run":
         _check_run(name, value)
     elif c.kind == "algorithm":
-        from rlq.rl.agents import algorithm_class
+        from rlq.rl.algorithms import check_algorithm_name
 
         try:
-            algorithm_class(value)
-        except (ValueError, KeyError) as e:
+            check_algorithm_name(value)
+        except ValueError as e:
             raise ConstraintError(f"parameter {name!r}: {e}") from None
 
 

@@ -20,11 +20,10 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import CSVOutputFormat, Logger
 
 from rlq.core.jsonio import read_json, write_json
+from rlq.rl.algorithms import check_algorithm_name
 from rlq.rl.envs import is_atari, make_vec_env
 from rlq.rl.episodes import finished_episodes
 from rlq.rl.seeding import seed_everything
-
-ALGORITHM_NAMES = ("A2C", "PPO", "DQN", "TD3", "SAC", "DDPG")
 
 #: Tuned settings from RL Baselines3 Zoo (hyperparams/*.yml) for the pairs rlq's presets use, with
 #: learning-rate schedules replaced by their constants. Anything else starts from SB3's defaults.
@@ -71,10 +70,7 @@ def algorithm_class(name: str) -> type:
     """Return the SB3 algorithm class called ``name`` (case-insensitive), or raise naming the choices."""
     import stable_baselines3 as sb3
 
-    key = name.upper()
-    if key not in ALGORITHM_NAMES:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHM_NAMES)}")
-    return getattr(sb3, key)
+    return getattr(sb3, check_algorithm_name(name))
 
 
 def quiet_logger(folder: str | Path | None = None, filename: str = "progress.csv") -> Logger:
