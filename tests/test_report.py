@@ -89,3 +89,24 @@ def test_a_finished_run_without_the_number_says_so(tmp_path):
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
     row = table[(table.experiment == "actorq") & (table.metric == "end_to_end_speedup_min")].iloc[0]
     assert row.ours is None and row.preset == "medium" and row.holds == "no value in the finished run"
+
+
+def test_a_rerun_keeps_the_training_time_of_the_attempt_that_trained(tmp_path, monkeypatch):
+    import papermill
+
+    from rlq.core.jsonio import read_json
+    from rlq.experiments import runner
+
+    class Tiny:
+        name, path, parameters = "tiny", tmp_path / "tiny.ipynb", {}
+
+    clock = iter([0.0, 1900.0, 2000.0, 2013.0])  # trains for 1900 s, then a re-analysis takes 13 s
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "get_experiment", lambda name: Tiny())
+    path = new_run_dir(tmp_path / "runs", "tiny")
+    runner.execute(Tiny(), {}, path)
+    assert read_json(path / "results.json")["train_seconds"] == 1900.0
+    runner.resume_run(path, rerun=True, progress=False)
+    results = read_json(path / "results.json")
+    assert results["run_seconds"] == 13.0 and results["train_seconds"] == 1900.0

@@ -57,8 +57,13 @@ def execute(
     preset: str | None = None,
     progress: bool = True,
     log_output: bool = False,
+    reanalysis: bool = False,
 ) -> RunOutcome:
-    """Return the outcome of running ``experiment`` with ``params`` in the existing run folder ``path``."""
+    """Return the outcome of running ``experiment`` with ``params`` in the existing run folder ``path``.
+
+    ``train_seconds`` in results.json adds up the attempts that trained; a ``reanalysis`` (``--rerun`` of a
+    finished run, which retrains nothing) records its own ``run_seconds`` but leaves ``train_seconds`` as it was.
+    """
     import papermill as pm
 
     path = Path(path).resolve()
@@ -99,7 +104,10 @@ def execute(
         else:
             os.environ[RUN_DIR_ENV] = previous_env
         results = read_json(path / RESULTS_FILE)  # now holding what the notebook recorded
-        results.update(status=status, finished=utc_stamp(), run_seconds=round(time.perf_counter() - start, 2))
+        seconds = round(time.perf_counter() - start, 2)
+        results.update(status=status, finished=utc_stamp(), run_seconds=seconds)
+        if not reanalysis:
+            results["train_seconds"] = round(float(results.get("train_seconds") or 0.0) + seconds, 2)
         if error:
             results["error"] = error
         write_json(path / RESULTS_FILE, results)
@@ -181,4 +189,5 @@ def resume_run(path: str | Path, rerun: bool = False, **kwargs: Any) -> RunOutco
     for name in (NOTEBOOK_FILE, RESULTS_FILE):
         if (path / name).exists():
             shutil.copy2(path / name, archive / name)
-    return execute(experiment, params, path, preset=previous.get("preset"), **kwargs)
+    reanalysis = previous.get("status") == "ok"
+    return execute(experiment, params, path, preset=previous.get("preset"), reanalysis=reanalysis, **kwargs)

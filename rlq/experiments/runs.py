@@ -29,7 +29,9 @@ HEARTBEAT_SECONDS = 15.0
 STALE_AFTER_SECONDS = 120.0
 """A running run whose runner sits on another host is taken as dead when its heartbeat is this old."""
 #: Keys of results.json owned by the runner; a notebook may not record them.
-RESERVED_KEYS = frozenset({"status", "error", "experiment", "preset", "run_seconds", "started", "finished"})
+RESERVED_KEYS = frozenset(
+    {"status", "error", "experiment", "preset", "run_seconds", "train_seconds", "started", "finished"}
+)
 
 
 def utc_stamp(now: datetime | None = None) -> str:
