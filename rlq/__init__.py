@@ -8,7 +8,18 @@ that ``import rlq`` stays cheap.
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["record", "__version__"]
+__all__ = ["claims", "record", "stats", "__version__"]
+
+_LAZY_MODULES = {"stats": "rlq.experiments.stats", "claims": "rlq.experiments.claims"}
+"""``rlq.stats`` (interval estimates over seeds) and ``rlq.claims`` (each claim's rule), imported on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(_LAZY_MODULES[name])
+    raise AttributeError(f"module 'rlq' has no attribute {name!r}")
 
 
 def record(**numbers: Any) -> dict[str, Any]:

@@ -35,3 +35,43 @@ def learning_curve_figure(
         title=title, xaxis_title="environment steps", yaxis_title="episode return", template=TEMPLATE
     )
     return fig
+
+
+def interval_figure(
+    table: pd.DataFrame,
+    metric: str = "iqm",
+    title: str = "IQM over seeds with 95% interval",
+    unit: str = "",
+    reference: dict[str, float] | None = None,
+    label: str = "method",
+) -> go.Figure:
+    """Return a point-and-interval figure: one row per ``label`` value of ``table`` at ``metric``, seeds in the name.
+
+    ``table`` is :func:`rlq.experiments.stats.interval_estimates`'s (columns ``method, metric, value, lower,
+    upper, n``), optionally with another label column; ``reference`` draws vertical lines (e.g. the paper's).
+    """
+    rows = table[table["metric"] == metric] if "metric" in table.columns else table
+    names = [f"{name} (n={n})" for name, n in zip(rows[label], rows["n"], strict=True)]
+    fig = go.Figure()
+    fig.add_scatter(
+        x=rows["value"],
+        y=names,
+        mode="markers",
+        marker=dict(size=10),
+        error_x=dict(
+            type="data",
+            symmetric=False,
+            array=(rows["upper"] - rows["value"]).tolist(),
+            arrayminus=(rows["value"] - rows["lower"]).tolist(),
+        ),
+        name=metric.upper() if metric == "iqm" else metric,
+        hovertemplate="%{y}: %{x:.3g}<extra></extra>",
+    )
+    for text, value in (reference or {}).items():
+        fig.add_vline(x=value, line_dash="dash", annotation_text=text)
+    axis = f"{metric.upper() if metric == 'iqm' else metric}" + (f" ({unit})" if unit else "")
+    fig.update_layout(
+        title=title, xaxis_title=axis, template=TEMPLATE, height=140 + 40 * len(names), showlegend=False
+    )
+    fig.update_yaxes(autorange="reversed")
+    return fig
