@@ -31,7 +31,9 @@ def test_iqm_matches_a_hand_computed_interquartile_mean():
     assert stats.estimate(matrix, reps=50).value == pytest.approx(np.sort(matrix.ravel())[3:9].mean())
 
 
-@pytest.mark.parametrize("metric,func", [("iqm", rly_metrics.aggregate_iqm), ("mean", rly_metrics.aggregate_mean)])
+@pytest.mark.parametrize(
+    "metric,func", [("iqm", rly_metrics.aggregate_iqm), ("mean", rly_metrics.aggregate_mean)]
+)
 def test_intervals_equal_rliable_called_directly(metric, func):
     rng = np.random.default_rng(1)
     scores = rng.normal(100, 20, size=(6, 2))

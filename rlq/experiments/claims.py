@@ -1,9 +1,24 @@
-"""Which of our recorded numbers answers which paper number, and when the claim holds.
+"""Which of our recorded numbers answers which paper number, and the one rule that says whether a claim holds.
 
 Each :class:`Claim` points at rows of ``data/paper/*.csv`` (paper, experiment, metric) and at the
 experiment notebook whose ``results.json`` holds our number. ``rlq report`` walks this list. Keys are read
 with today's method names, also from results published under an older name
 (:func:`rlq.experiments.results.normalize_method_names`).
+
+**The rule (one for every claim).** A claim compares our estimate against a threshold derived from the
+paper's number (``ours >= threshold`` or ``ours <= threshold``). Our estimate is an IQM over seeds with its
+95% bootstrap interval (:mod:`rlq.experiments.stats`), recorded by the notebook under
+``results["estimates"][claim.estimate]``. The claim
+
+- **holds** when the whole interval lies on the claim's side of the threshold,
+- **does not hold** when the whole interval lies on the other side,
+- is **inconclusive** when the interval straddles the threshold, or when fewer than
+  :data:`~rlq.experiments.stats.MIN_SEEDS` seeds stand behind it, or when the run recorded only a point
+  value (results published before interval estimates existed).
+
+Tolerances are part of each claim's threshold and stated in its ``rule``: "no reward drop" holds when the
+drop of GST's return IQM below dense training's IQM stays within :data:`REWARD_TOLERANCE_PCT` % of the dense
+IQM over the whole interval.
 """
 
 from __future__ import annotations
@@ -13,24 +28,104 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlq.experiments.results import normalize_method_names
+from rlq.experiments.stats import MIN_SEEDS, Estimate
 
 Results = dict[str, Any]
+
+REWARD_TOLERANCE_PCT = 10.0
+"""A reward (or score) drop of up to this many % of the reference counts as "no reward drop"."""
+
+COMPRESSION_TOLERANCE_PP = 5.0
+"""A compression ratio up to this many %p below the paper's still reproduces it."""
+
+VERDICTS = ("holds", "does not hold", "inconclusive")
+
+FAMILIES = ("GST compression", "GST reward", "GST classification", "QuaRL reward and bits", "ActorQ speedup")
+"""Claim families: the report draws one figure per family, every claim in it in its own unit."""
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A paper number, where ours comes from, and the test that says whether the paper's claim holds."""
+    """A paper number, where ours comes from, and the threshold our interval is judged against."""
 
     paper: str
     experiment: str
     metric: str
     ours_experiment: str
+    estimate: str
+    """Name of our estimate under ``results["estimates"]`` (value, lower, upper, n), in :attr:`unit`."""
     ours: Callable[[Results], float | None]
-    holds: Callable[[float, float], bool]
+    """Reads a point value from results recorded before estimates existed (judged inconclusive)."""
+    direction: str
+    """``">="`` or ``"<="``: on which side of the threshold the claim holds."""
+    threshold: Callable[[float], float]
+    """The paper's number -> the threshold ours is compared against (tolerances included)."""
     rule: str
-    """The test in words, e.g. ``ours >= paper - 5``."""
+    """The test in words, e.g. ``ours >= paper - 5 %p``."""
+    family: str
+    unit: str
     setting: Callable[[Results], str | None] = lambda results: None
     """Why a run's number is not comparable (another data set, say), or None when it is."""
+
+    def holds(self, ours: float, paper: float) -> bool:
+        """Return whether the point value ``ours`` is on the claim's side of the threshold."""
+        limit = self.threshold(paper)
+        return ours >= limit if self.direction == ">=" else ours <= limit
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Our estimate of a claim's number, its interval and seeds, and the verdict of the one rule."""
+
+    value: float
+    lower: float
+    upper: float
+    n: int | None
+    verdict: str
+    reason: str
+    threshold: float
+    setting: str | None = None
+
+
+def our_estimate(claim: Claim, results: Results) -> tuple[Estimate, bool] | None:
+    """Return our estimate for ``claim`` and whether it has an interval (False: a legacy point value), or None."""
+    recorded = normalize_method_names(results).get("estimates") or {}
+    if claim.estimate in recorded:
+        return Estimate.from_dict(recorded[claim.estimate]), True
+    value = claim.ours(results)
+    if value is None:
+        return None
+    seeds = results.get("seeds")
+    n = seeds if isinstance(seeds, int) and not isinstance(seeds, bool) else None
+    return Estimate(value, value, value, n or 1), False
+
+
+def judge(claim: Claim, results: Results, paper_value: float) -> Verdict | None:
+    """Return the verdict of the module's rule on ``claim`` for a run's ``results``, or None without a number."""
+    found = our_estimate(claim, results)
+    if found is None:
+        return None
+    est, has_interval = found
+    limit = claim.threshold(float(paper_value))
+    inside = (est.lower >= limit) if claim.direction == ">=" else (est.upper <= limit)
+    outside = (est.upper < limit) if claim.direction == ">=" else (est.lower > limit)
+    span = f"{_fmt(est.lower)} to {_fmt(est.upper)}"
+    if not has_interval:
+        verdict, reason = "inconclusive", f"point value only (no interval recorded); rule: {claim.rule}"
+    elif est.n < MIN_SEEDS:
+        verdict, reason = "inconclusive", f"{est.n} seed{'s' if est.n != 1 else ''} (< {MIN_SEEDS})"
+    elif inside:
+        verdict, reason = "holds", f"interval {span} {claim.direction} {_fmt(limit)}"
+    elif outside:
+        verdict, reason = "does not hold", f"interval {span} on the wrong side of {_fmt(limit)}"
+    else:
+        verdict, reason = "inconclusive", f"interval {span} straddles {_fmt(limit)}"
+    n = est.n if has_interval else (est.n if est.n > 1 else None)
+    return Verdict(est.value, est.lower, est.upper, n, verdict, reason, limit, claim.setting(results))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
 
 
 def _get(*keys: str) -> Callable[[Results], float | None]:
@@ -76,22 +171,30 @@ def _gst_average_compression(experiment: str, notebook: str) -> Claim:
         experiment,
         "avg_compression_ratio",
         notebook,
+        "avg_compression_gst_pct",
         _scaled(_get("avg_compression_gst"), 100.0),
-        lambda ours, paper: ours >= paper - 5.0,
-        "ours >= paper - 5 %p",
+        ">=",
+        lambda paper: paper - COMPRESSION_TOLERANCE_PP,
+        f"GST's average compression over training (IQM over seeds, %) >= paper - {COMPRESSION_TOLERANCE_PP:g} %p",
+        "GST compression",
+        "%",
     )
 
 
 def _gst_reward_drop(experiment: str, notebook: str, measure: str) -> Claim:
-    """Return the claim that GST's ``measure`` (reward, score) drops no further below dense than seed noise."""
+    """Return the claim that GST's ``measure`` (reward, score) IQM stays within the tolerance of dense training's."""
     return Claim(
         "gst",
         experiment,
         "reward_drop",
         notebook,
+        "reward_drop_gst_vs_dense_pct",
         _get("reward_drop_beyond_seed_noise_pct"),
-        lambda ours, paper: ours <= paper,
-        f"GST's {measure} drop vs dense (%) beyond one pooled standard deviation over seeds <= paper's 0",
+        "<=",
+        lambda paper: paper + REWARD_TOLERANCE_PCT,
+        f"drop of GST's {measure} IQM below dense's, in % of dense's, <= paper + {REWARD_TOLERANCE_PCT:g}",
+        "GST reward",
+        "%",
     )
 
 
@@ -101,9 +204,13 @@ CLAIMS: list[Claim] = [
         "td3_mujoco",
         "avg_compression_gain_vs_iterative_pruning_min",
         "gst_td3_mujoco",
+        "gap_gst_minus_pruning_pp",
         _get("gap_gst_minus_pruning_pp"),
-        lambda ours, paper: ours >= paper,
-        "GST minus iterative pruning, average compression (%p) >= paper's lower end",
+        ">=",
+        lambda paper: paper,
+        "GST minus iterative pruning, average compression (IQM of per-seed gaps, %p) >= paper's lower end",
+        "GST compression",
+        "%p",
     ),
     _gst_reward_drop("td3_mujoco", "gst_td3_mujoco", "reward"),
     _gst_average_compression("a2c_atari", "gst_a2c_atari"),
@@ -114,36 +221,52 @@ CLAIMS: list[Claim] = [
         "actorq",
         "end_to_end_speedup_min",
         "quarl_actorq",
+        "speedup_int8_vs_fp32",
         _get("speedup_int8_vs_fp32"),
-        lambda ours, paper: ours >= paper,
-        "int8 vs fp32 actors, wall-clock to the return threshold >= paper",
+        ">=",
+        lambda paper: paper,
+        "int8 vs fp32 actors, wall-clock to the return threshold (x) >= paper's lower end",
+        "ActorQ speedup",
+        "x",
     ),
     Claim(
         "quarl",
         "ptq",
         "int8_reward_drop",
         "quarl_ptq",
+        "int8_reward_drop_pct",
         _scaled(_get("worst_int8_relative_change"), -100.0),
-        lambda ours, paper: ours <= 5.0,
-        "worst int8 reward drop (%) <= 5",
+        "<=",
+        lambda paper: paper + 5.0,
+        "int8 return drop vs fp32 on solved agents (IQM over seeds and tasks, %) <= paper + 5",
+        "QuaRL reward and bits",
+        "%",
     ),
     Claim(
         "quarl",
         "ptq",
         "enough_bits_max",
         "quarl_ptq",
+        "lowest_bits_within_tolerance",
         _max_of("lowest_bits_within_tolerance"),
-        lambda ours, paper: ours <= paper,
-        "lowest bit width within tolerance, worst run, <= paper",
+        "<=",
+        lambda paper: paper,
+        "lowest weights-only bit width within tolerance on solved agents (IQM over seeds and tasks) <= paper",
+        "QuaRL reward and bits",
+        "bits",
     ),
     Claim(
         "gst",
         "cifar10",
         "compression_ratio",
         "gst_classification",
+        "gst_final_compression_pct",
         _get("gst_final_compression"),  # recorded in percent
-        lambda ours, paper: ours >= paper - 5.0,
-        "ours >= paper - 5 %p",
+        ">=",
+        lambda paper: paper - COMPRESSION_TOLERANCE_PP,
+        f"GST's final compression (%) >= paper - {COMPRESSION_TOLERANCE_PP:g} %p",
+        "GST classification",
+        "%",
         _cifar_only,
     ),
     Claim(
@@ -151,9 +274,13 @@ CLAIMS: list[Claim] = [
         "cifar10",
         "accuracy_drop_vs_dense",
         "gst_classification",
+        "gst_accuracy_drop_pp",
         _get("gst_accuracy_drop_vs_dense"),  # recorded in percentage points
-        lambda ours, paper: ours <= paper + 1.0,
-        "accuracy drop (%p) <= paper + 1",
+        "<=",
+        lambda paper: paper + 1.0,
+        "accuracy drop vs dense (IQM over seeds, %p) <= paper + 1",
+        "GST classification",
+        "%p",
         _cifar_only,
     ),
 ]

@@ -72,9 +72,13 @@ def as_score_matrix(scores: Sequence[float] | np.ndarray, what: str = "scores") 
     if array.ndim == 1:
         array = array[:, None]
     if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
-        raise ValueError(f"{what} must have shape (runs,) or (runs, tasks) with at least one run, got {array.shape}")
+        raise ValueError(
+            f"{what} must have shape (runs,) or (runs, tasks) with at least one run, got {array.shape}"
+        )
     if not np.isfinite(array).all():
-        raise ValueError(f"{what} must be finite numbers (drop runs that produced no score), got {array.tolist()}")
+        raise ValueError(
+            f"{what} must be finite numbers (drop runs that produced no score), got {array.tolist()}"
+        )
     return array
 
 
@@ -114,7 +118,11 @@ def _bootstrap(
 
 
 def estimate(
-    scores: Sequence[float] | np.ndarray, metric: str = "iqm", reps: int = 2000, confidence: float = 0.95, seed: int = 0
+    scores: Sequence[float] | np.ndarray,
+    metric: str = "iqm",
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> Estimate:
     """Return ``metric`` (iqm, mean or median) of ``scores`` over runs with its bootstrap interval."""
     array = as_score_matrix(scores)
@@ -142,7 +150,14 @@ def interval_estimates(
         for metric in metrics:
             value, lower, upper = _bootstrap((array,), _aggregate(metric), reps, confidence, seed)
             rows.append(
-                {"method": method, "metric": metric, "value": value, "lower": lower, "upper": upper, "n": array.shape[0]}
+                {
+                    "method": method,
+                    "metric": metric,
+                    "value": value,
+                    "lower": lower,
+                    "upper": upper,
+                    "n": array.shape[0],
+                }
             )
     return pd.DataFrame(rows, columns=["method", "metric", "value", "lower", "upper", "n"])
 
@@ -196,6 +211,8 @@ def estimates_by(
         raise ValueError(f"no column {missing} in the table; it has {list(frame.columns)}")
     scores = {str(k): g[column].dropna().to_numpy() for k, g in frame.groupby(by, sort=False)}
     scores = {k: v for k, v in scores.items() if len(v)}
-    return interval_estimates(scores, metrics=(metric,), **options) if scores else pd.DataFrame(
-        columns=["method", "metric", "value", "lower", "upper", "n"]
+    return (
+        interval_estimates(scores, metrics=(metric,), **options)
+        if scores
+        else pd.DataFrame(columns=["method", "metric", "value", "lower", "upper", "n"])
     )
