@@ -291,3 +291,93 @@ def test_half_precision_casts_carry_a_nan_where_it_was(precision):
     assert weight.isnan().sum() == 1 and weight[0, 7].isnan()
     finite = ~model[2].weight.isnan()
     torch.testing.assert_close(weight[finite], model[2].weight[finite].detach(), atol=1e-2, rtol=1e-2)
+
+
+PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
+PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
+
+
+def int8_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """The torch.ao integer Linear / convolution layers of ``model`` (dynamic, static, fused), by name."""
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if callable(getattr(m, "weight", None)) and type(m).__module__.startswith("torch.ao.nn.")
+    }
+
+
+def torch_int8_codes(
+    weight: torch.Tensor, per_channel: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PyTorch's symmetric qint8 weights, computed here: codes in [-128, 127], scale max|w| / 127.5.
+
+    Also returns where ``w / scale`` lies half-way between two codes (the largest magnitude does, at 127.5),
+    where float32 and float64 arithmetic may round to different neighbours.
+    """
+    rows = weight.detach().double().flatten(1)
+    top = rows.abs().amax(dim=1) if per_channel else rows.abs().max().reshape(1)
+    scale = top / ((127 - -128) / 2)
+    exact = rows / scale.unsqueeze(1)
+    codes = torch.clamp(torch.round(exact), -128, 127)
+    ties = ((exact - exact.floor()) - 0.5).abs() < 1e-4
+    return codes.reshape(weight.shape), scale, ties.reshape(weight.shape)
+
+
+def assert_int8_weight(qweight: torch.Tensor, weight: torch.Tensor, per_channel: bool) -> None:
+    codes, scale, ties = torch_int8_codes(weight, per_channel)
+    if per_channel:
+        assert qweight.qscheme() in PER_CHANNEL
+        assert qweight.q_per_channel_axis() == 0
+        torch.testing.assert_close(qweight.q_per_channel_scales().double(), scale, rtol=1e-6, atol=0)
+        assert not qweight.q_per_channel_zero_points().any()
+    else:
+        assert qweight.qscheme() in PER_TENSOR
+        assert qweight.q_scale() == pytest.approx(float(scale), rel=1e-6) and qweight.q_zero_point() == 0
+    difference = (qweight.int_repr().double() - codes).abs()
+    assert not difference[~ties].any() and difference.max() <= 1
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_int8_dynamic_honours_per_channel_linear(per_channel):
+    """ptq(..., "int8", per_channel_linear=True) used to give per-tensor layers (quantize_dynamic's default)."""
+    model = tiny_mlp()
+    quantized = ptq(model, "int8", per_channel_linear=per_channel)
+    layers = int8_layers(quantized)
+    assert sorted(layers) == ["0", "2", "4"] and all(isinstance(m, qdynamic.Linear) for m in layers.values())
+    for name, layer in layers.items():
+        assert_int8_weight(layer.weight(), model[int(name)].weight, per_channel)
+    torch.testing.assert_close(quantized(X), model(X), atol=0.05, rtol=0.05)
+    bare = ptq(nn.Linear(6, 4), "int8", per_channel_linear=per_channel).layer
+    assert bare.weight().qscheme() in (PER_CHANNEL if per_channel else PER_TENSOR)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_int8_static_honours_per_channel_linear(per_channel):
+    """x86's default static qconfig made every layer per channel: now linear layers follow the flag, convs stay per channel."""
+    cnn = tiny_cnn()
+    quantized = ptq(cnn, "int8", calibration=IMAGES, per_channel_linear=per_channel)
+    layers = int8_layers(quantized)
+    assert sorted(layers) == ["0", "2", "5"]
+    assert_int8_weight(layers["0"].weight(), cnn[0].weight, per_channel=True)
+    assert_int8_weight(layers["2"].weight(), cnn[2].weight, per_channel=True)
+    assert_int8_weight(layers["5"].weight(), cnn[5].weight, per_channel)
+
+    mlp = tiny_mlp()
+    quantized = ptq(mlp, "int8", calibration=X, activations=True, per_channel_linear=per_channel)
+    layers = int8_layers(quantized)
+    assert {type(m).__name__ for m in layers.values()} == {"LinearReLU", "Linear"}
+    for name, layer in layers.items():
+        assert_int8_weight(layer.weight(), mlp[int(name)].weight, per_channel)
+    torch.testing.assert_close(quantized(X), mlp(X), atol=0.05, rtol=0.1)
+    bare = ptq(nn.Linear(6, 4), "int8", calibration=X, activations=True, per_channel_linear=per_channel)
+    (layer,) = int8_layers(bare).values()  # a bare layer is held as a child, so it can be swapped
+    assert layer.weight().qscheme() in (PER_CHANNEL if per_channel else PER_TENSOR)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_int8_eager_fallback_honours_per_channel_linear(per_channel):
+    model = NeedsEagerMode().eval()
+    quantized = ptq(model, "int8", calibration=IMAGES, per_channel_linear=per_channel)
+    layers = int8_layers(quantized)
+    assert_int8_weight(layers["module.conv"].weight(), model.conv.weight, per_channel=True)
+    assert_int8_weight(layers["module.head"].weight(), model.head.weight, per_channel)

@@ -22,6 +22,7 @@ from rlq.quant.layers import (
     bake_parametrizations,
     check_finite_weights,
     has_convolutions,
+    is_quantizable,
     output_channel_axis,
     quantizable_layers,
     weight_name,
@@ -108,10 +109,16 @@ def ptq(
       returns float32 tensors.
     - ``"int8"``: real integer kernels from ``torch.ao`` on the current quantized engine (x86 / fbgemm here).
       A model without convolutions gets dynamic quantization of its ``nn.Linear`` layers (int8 weights,
-      activations quantized per batch at run time; a bare top-level Linear is put in a :class:`LayerHolder`).
+      activations quantized per batch at run time).
       A model with convolutions, or any model when ``activations`` is true, gets static quantization with
       activation ranges calibrated on ``calibration`` (required then): FX graph mode with conv-ReLU fusion,
       falling back to eager mode (``QuantWrapper``) when the model cannot be traced symbolically.
+      Weights are symmetric int8 (PyTorch's codes -128..127, scale ``max|w| / 127.5``): per output channel
+      for convolutions (transposed ones per tensor, as the engine needs) and, with ``per_channel_linear``, for
+      linear layers; per tensor otherwise (dynamic path: ``default_dynamic_qconfig`` or
+      ``per_channel_dynamic_qconfig``; static path: the engine's activation observer with a per-tensor or
+      per-channel weight observer, see :func:`static_qconfigs`).
+      A bare top-level layer is put in a :class:`LayerHolder` on both paths.
     - ``"intN"``, N in 2..16 other than 8: simulated (fake) quantization: each Linear / convolution weight is
       replaced by its :func:`quantize_tensor` value, per output channel for convolutions and, with
       ``per_channel_linear``, for linear layers (per tensor otherwise, as QuaRL). Biases stay float. With
@@ -139,7 +146,7 @@ def ptq(
         )
     check_finite_weights(model, spec.name)
     if spec.bits == 8:
-        return _int8(model, calibration_batches(calibration), activations)
+        return _int8(model, calibration_batches(calibration), activations, per_channel_linear)
     return _simulated(model, spec.bits, calibration_batches(calibration), activations, per_channel_linear)
 
 
@@ -165,51 +172,92 @@ def _simulated(
     return model
 
 
-def _int8(model: nn.Module, batches: list[Tensor], activations: bool) -> nn.Module:
+def _int8(model: nn.Module, batches: list[Tensor], activations: bool, per_channel_linear: bool) -> nn.Module:
+    if is_quantizable(model):
+        model = LayerHolder(model)  # torch.ao swaps children only, never the root module it is given
     if activations or has_convolutions(model):
         if not batches:
             raise ValueError(
                 "int8 static quantization (models with convolutions, or activations=True) needs calibration "
                 "data: pass calibration=<a batch of typical inputs, or an iterable of batches>"
             )
-        return _int8_static(model, batches)
-    return _int8_dynamic(model)
+        return _int8_static(model, batches, per_channel_linear)
+    return _int8_dynamic(model, per_channel_linear)
 
 
-def _int8_dynamic(model: nn.Module) -> nn.Module:
-    from torch.ao.quantization import quantize_dynamic
+def _int8_dynamic(model: nn.Module, per_channel_linear: bool) -> nn.Module:
+    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
-    if isinstance(model, nn.Linear):
-        model = LayerHolder(model)  # quantize_dynamic swaps children only, never the root it is given
     if not any(isinstance(m, nn.Linear) for m in model.modules()):
         raise ValueError("int8 dynamic quantization found no nn.Linear layer")
+    # quantize_dynamic's default is per tensor; the per-channel qconfig gives each output row its own scale.
+    qconfig = per_channel_dynamic_qconfig if per_channel_linear else default_dynamic_qconfig
     with quiet_deprecations():
-        quantized = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        quantized = quantize_dynamic(model, {nn.Linear: qconfig}, dtype=torch.qint8)
     return quantized.eval()
 
 
-def _int8_static(model: nn.Module, batches: list[Tensor]) -> nn.Module:
+def static_qconfigs(engine: str) -> tuple[Any, Any]:
+    """Return the static int8 ``(per-channel, per-tensor)`` qconfigs: ``engine``'s activation observer, weights per output channel or per tensor.
+
+    Both use the engine's default activation observer (x86 / fbgemm: ``HistogramObserver`` with
+    ``reduce_range``) and symmetric int8 weights; x86's own default would make every layer per channel.
+    """
+    from torch.ao.quantization import (
+        QConfig,
+        default_per_channel_weight_observer,
+        default_weight_observer,
+        get_default_qconfig,
+    )
+
+    with quiet_deprecations():
+        activation = get_default_qconfig(engine).activation
+    return (
+        QConfig(activation=activation, weight=default_per_channel_weight_observer),
+        QConfig(activation=activation, weight=default_weight_observer),
+    )
+
+
+def _linear_names(model: nn.Module) -> list[str]:
+    return [name for name, layer in quantizable_layers(model) if isinstance(layer, nn.Linear)]
+
+
+def _int8_static(model: nn.Module, batches: list[Tensor], per_channel_linear: bool) -> nn.Module:
     import torch.fx
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     engine = torch.backends.quantized.engine
+    per_channel, per_tensor = static_qconfigs(engine)
+    # Convolutions per output channel; linear layers per tensor unless asked (QuaRL's rule, as intN). The
+    # engine's mapping keeps its fixed ranges for tanh / sigmoid outputs (and per-tensor transposed convs).
+    with quiet_deprecations():
+        mapping = get_default_qconfig_mapping(engine).set_global(per_channel)
+    if not per_channel_linear:
+        for name in _linear_names(model):
+            mapping.set_module_name(name, per_tensor)  # by name: a fused LinearReLU keeps its Linear's name
     with quiet_deprecations():
         try:
-            prepared = prepare_fx(model, get_default_qconfig_mapping(engine), example_inputs=(batches[0],))
+            prepared = prepare_fx(model, mapping, example_inputs=(batches[0],))
         except torch.fx.proxy.TraceError:
-            return _int8_static_eager(model, batches, engine)
+            return _int8_static_eager(model, batches, per_channel, None if per_channel_linear else per_tensor)
         with torch.no_grad():
             for batch in batches:
                 prepared(batch)
         return convert_fx(prepared).eval()
 
 
-def _int8_static_eager(model: nn.Module, batches: list[Tensor], engine: str) -> nn.Module:
-    from torch.ao.quantization import QuantWrapper, convert, get_default_qconfig, prepare
+def _int8_static_eager(
+    model: nn.Module, batches: list[Tensor], qconfig: Any, linear_qconfig: Any
+) -> nn.Module:
+    from torch.ao.quantization import QuantWrapper, convert, prepare
 
     wrapped = QuantWrapper(model).eval()
-    wrapped.qconfig = get_default_qconfig(engine)
+    wrapped.qconfig = qconfig
+    if linear_qconfig is not None:
+        for layer in model.modules():
+            if isinstance(layer, nn.Linear):
+                layer.qconfig = linear_qconfig
     prepare(wrapped, inplace=True)
     with torch.no_grad():
         for batch in batches:
