@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from torch.ao.nn.quantized import dynamic as qdynamic
 
-from rlq.quant import CastPrecision, LayerHolder, ptq, quantize_tensor
+from rlq.quant import CastPrecision, LayerHolder, Precision, parse_precision, ptq, quantize_tensor
 from rlq.quant.activations import ActivationQuantizer
 
 
@@ -381,3 +381,36 @@ def test_int8_eager_fallback_honours_per_channel_linear(per_channel):
     layers = int8_layers(quantized)
     assert_int8_weight(layers["module.conv"].weight(), model.conv.weight, per_channel=True)
     assert_int8_weight(layers["module.head"].weight(), model.head.weight, per_channel)
+
+
+def test_precision_names_the_simulated_8_bit_point():
+    assert parse_precision("sim8") == Precision("sim8", 8, False) and parse_precision(" SIM8 ").name == "sim8"
+    assert [parse_precision(p).simulated for p in ("sim8", "int8", "int4", "int16", "fp32", "fp16")] == [
+        True,
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
+    with pytest.raises(ValueError, match="int2 ... int16, sim8"):
+        parse_precision("sim4")
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_sim8_is_weights_only_quantize_tensor_at_8_bits(per_channel):
+    """sim8 is made like every other simulated width: weights fake-quantized, biases and activations float."""
+    model = tiny_cnn()
+    quantized = ptq(model, "sim8", per_channel_linear=per_channel)
+    assert [type(m) for m in quantized.modules()] == [type(m) for m in model.modules()]  # no int8 kernels
+    assert not any(isinstance(m, ActivationQuantizer) for m in quantized.modules())
+    for i in (0, 2, 5):
+        axis = 0 if i < 5 or per_channel else None
+        assert torch.equal(quantized[i].weight, quantize_tensor(model[i].weight, 8, per_channel_axis=axis))
+        assert torch.equal(quantized[i].bias, model[i].bias)
+    with torch.no_grad():  # activations float: the same float network with the quantized weights
+        float_copy = copy.deepcopy(model)
+        for i in (0, 2, 5):
+            float_copy[i].weight.copy_(quantized[i].weight)
+        assert torch.equal(quantized(IMAGES), float_copy(IMAGES))
+    assert not torch.equal(quantized[5].weight, model[5].weight)

@@ -4,7 +4,8 @@ Pure PyTorch (plus ONNX / ONNX Runtime for the fast int8 CPU path); no RL librar
 Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3``.
 
 - :func:`quantize_tensor`: uniform fake quantization of a tensor (the rule is in ``rlq.quant.tensor``).
-- :func:`ptq`: a post-training-quantized copy at fp16, bf16, int8 (real kernels) or simulated int2..int16.
+- :func:`ptq`: a post-training-quantized copy at fp16, bf16, int8 (real kernels) or simulated int2..int16
+  (``sim8``: the simulated, weights-only 8-bit point).
 - :func:`prepare_qat_`, :func:`set_qat_enabled`, :func:`is_qat`, :func:`convert_qat_`: QAT with an STE.
 - :func:`export_onnx`, :class:`OnnxPolicy`: fp32 / int8 ONNX models run with ONNX Runtime.
 - :func:`measure_latency`, :func:`compare_backends`, :func:`fastest_backend`: choosing by measurement.

@@ -119,11 +119,14 @@ def ptq(
       ``per_channel_dynamic_qconfig``; static path: the engine's activation observer with a per-tensor or
       per-channel weight observer, see :func:`static_qconfigs`).
       A bare top-level layer is put in a :class:`LayerHolder` on both paths.
-    - ``"intN"``, N in 2..16 other than 8: simulated (fake) quantization: each Linear / convolution weight is
-      replaced by its :func:`quantize_tensor` value, per output channel for convolutions and, with
-      ``per_channel_linear``, for linear layers (per tensor otherwise, as QuaRL). Biases stay float. With
-      ``activations`` the input of every such layer is fake-quantized too (asymmetric, N bits), over ranges
-      calibrated on ``calibration`` when given, else over each batch's own range.
+    - ``"intN"``, N in 2..16 other than 8, and ``"sim8"`` (N = 8): simulated (fake) quantization, weights
+      only: each Linear / convolution weight is replaced by its :func:`quantize_tensor` value at N bits, per
+      output channel for convolutions and, with ``per_channel_linear``, for linear layers (per tensor
+      otherwise, as QuaRL). Biases and activations stay float. With ``activations`` the input of every such
+      layer is fake-quantized too (asymmetric, N bits), over ranges calibrated on ``calibration`` when
+      given, else over each batch's own range. ``"sim8"`` is the 8-bit point of this simulated sweep, to
+      compare like with like: ``"int8"``'s kernels quantize activations too and round weights to PyTorch's
+      codes -128..127 (scale ``max|w| / 127.5``, where :func:`quantize_tensor` uses -127..127 and ``/ 127``).
 
     Parametrizations on weights (e.g. QAT fake quantization) are made permanent in the integer copies.
 
@@ -145,7 +148,7 @@ def ptq(
             f"{type(module).__name__} has no Linear or convolution layer to quantize to {spec.name}"
         )
     check_finite_weights(model, spec.name)
-    if spec.bits == 8:
+    if not spec.simulated:  # int8: real integer kernels
         return _int8(model, calibration_batches(calibration), activations, per_channel_linear)
     return _simulated(model, spec.bits, calibration_batches(calibration), activations, per_channel_linear)
 

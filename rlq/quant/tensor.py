@@ -20,6 +20,12 @@ map each value on its own and carry a NaN through as the one NaN it was.
 QuaRL's public code (harvard-edge/QuaRL) used the step ``(|min| + |max|) / 2^n`` for linear layers: for a
 range symmetric about zero that is ``2 max|t| / 2^n``, close to our ``2 max|t| / (2^n - 2)``, but it maps
 ``max|t|`` to the code ``2^(n-1)``, one past the largest signed n-bit code, which the rule here cannot.
+
+Precision names (:func:`parse_precision`): ``fp32``, ``fp16``, ``bf16``; ``int2`` ... ``int16``; and ``sim8``.
+``int8`` alone means PyTorch's real int8 kernels (which also quantize activations); every other ``intN`` is
+simulated, weights only. ``sim8`` is the simulated, weights-only 8-bit point, made exactly like ``int7`` or
+``int9``, so that an 8-bit point sits in the simulated sweep beside the kernel ``int8`` one
+(:attr:`Precision.simulated` tells the two kinds apart).
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ MIN_BITS = 2
 MAX_BITS = 16
 FLOAT_PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+KERNEL_INT8 = "int8"
+"""The one integer precision run with real integer kernels (``torch.ao``), activations quantized too."""
+SIMULATED_INT8 = "sim8"
+"""The weights-only simulated 8-bit precision: :func:`quantize_tensor` at 8 bits, like every other ``intN``."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +63,23 @@ class Precision:
             raise ValueError(f"{self.name} is an integer precision and has no float dtype")
         return FLOAT_PRECISIONS[self.name]
 
+    @property
+    def simulated(self) -> bool:
+        """Return True for the weights-only simulated integer precisions: every ``intN`` but ``int8``, and ``sim8``."""
+        return not self.is_float and self.name != KERNEL_INT8
+
 
 def precision_choices() -> str:
     """Return the accepted precision names, for error messages."""
-    return ", ".join([*FLOAT_PRECISIONS, f"int{MIN_BITS} ... int{MAX_BITS}"])
+    return ", ".join([*FLOAT_PRECISIONS, f"int{MIN_BITS} ... int{MAX_BITS}", SIMULATED_INT8])
 
 
 def parse_precision(precision: str | Precision) -> Precision:
-    """Return the :class:`Precision` that a string such as ``"int4"``, ``"int8"`` or ``"fp16"`` names."""
+    """Return the :class:`Precision` that a string such as ``"int4"``, ``"int8"``, ``"sim8"`` or ``"fp16"`` names.
+
+    ``"int8"`` is the real int8 kernels; ``"sim8"`` (8 bits) the weights-only simulated 8-bit point, which
+    :func:`rlq.quant.ptq` makes exactly as it makes ``"int7"`` or ``"int9"`` (see the module docstring).
+    """
     if isinstance(precision, Precision):
         return precision
     if not isinstance(precision, str):
@@ -69,6 +88,8 @@ def parse_precision(precision: str | Precision) -> Precision:
     name = _ALIASES.get(name, name)
     if name in FLOAT_PRECISIONS:
         return Precision(name, int(name[2:]), True)
+    if name == SIMULATED_INT8:
+        return Precision(SIMULATED_INT8, 8, False)
     if name.startswith("int") and name[3:].isdigit():
         bits = int(name[3:])
         if MIN_BITS <= bits <= MAX_BITS:
