@@ -278,3 +278,28 @@ def test_train_and_evaluate_evaluates_stochastically_when_asked(tmp_path):
     # an untrained policy: its argmax action topples the pole in about 9 steps; sampling lasts longer
     assert deterministic != stochastic
     assert eval_return("c", False) == stochastic  # the same seed gives the same stochastic episodes
+
+
+def test_seed_estimates_pair_seeds_and_measure_the_drop_against_dense():
+    from rlq.experiments.gst import seed_estimates
+
+    summary = pd.DataFrame(
+        {
+            "method": ["dense", "pruning", "gst"] * 3,
+            "seed": [0, 0, 0, 1, 1, 1, 2, 2, 2],
+            "avg_compression_ratio": [0.0, 0.4, 0.7, 0.0, 0.5, 0.8, 0.0, 0.45, 0.75],
+            "eval_return": [100.0, 90.0, 95.0, 110.0, 100.0, 80.0, 90.0, 95.0, 85.0],
+        }
+    )
+    got = seed_estimates(summary, reps=200)
+    # with 3 runs the IQM trims nothing: plain means, computed by hand
+    assert got["avg_compression_gst_pct"]["value"] == pytest.approx(75.0)
+    assert got["gap_gst_minus_pruning_pp"]["value"] == pytest.approx(30.0)  # 30 %p on every seed
+    assert got["gap_gst_minus_pruning_pp"]["lower"] == pytest.approx(30.0)
+    dense, gst = 100.0, (95 + 80 + 85) / 3
+    assert got["reward_drop_gst_vs_dense_pct"]["value"] == pytest.approx(100 * (dense - gst) / dense)
+    drop = got["reward_drop_gst_vs_dense_pct"]
+    assert drop["lower"] <= drop["value"] <= drop["upper"] and drop["n"] == 3
+    assert got["score_iqm_pruning"]["value"] == pytest.approx(95.0)
+    # a method not run leaves its numbers out
+    assert "gap_gst_minus_pruning_pp" not in seed_estimates(summary[summary["method"] != "pruning"], reps=50)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
+from rlq.experiments import stats
 from rlq.experiments.compare import reward_drop_vs_dense
 from rlq.experiments.gst.jobs import sweep_label
 from rlq.experiments.gst.runs import METHODS
@@ -63,6 +65,45 @@ def compare_methods(
         "reward_drop_beyond_seed_noise_pct": versus_dense["drop_beyond_noise_pct"],
         "covered_fraction": _method_mean(means, "gst", "covered_fraction"),
     }
+
+
+def _paired(summary: pd.DataFrame, column: str, a: str, b: str) -> pd.Series:
+    """Return method ``a``'s ``column`` minus method ``b``'s, matched run by run on seed (and task)."""
+    keys = [k for k in ("env_id", "seed") if k in summary.columns]
+    left = summary[summary["method"] == a].set_index(keys)[column]
+    right = summary[summary["method"] == b].set_index(keys)[column]
+    return (left - right).dropna()
+
+
+def seed_estimates(
+    summary: pd.DataFrame, score: str | None = None, **options: Any
+) -> dict[str, dict[str, Any]]:
+    """Return the claims' interval estimates over seeds (IQM, 95% interval), as ``rlq.record(estimates=...)`` takes.
+
+    ``avg_compression_gst_pct`` (GST's average compression, %), ``gap_gst_minus_pruning_pp`` (GST minus
+    pruning per seed, %p), ``reward_drop_gst_vs_dense_pct`` (the drop of GST's score IQM below dense's, in % of
+    dense's: minus :func:`rlq.experiments.stats.relative_change`) and ``score_iqm_<method>`` per method. A
+    number whose runs are missing is left out. ``options`` go to the bootstrap (reps, confidence, seed).
+    """
+    score = score or score_column(summary)
+    out: dict[str, dict[str, Any]] = {}
+    of = {m: summary.loc[summary["method"] == m] for m in METHODS}
+    compression = of["gst"]["avg_compression_ratio"].dropna()
+    if len(compression):
+        out["avg_compression_gst_pct"] = stats.estimate(100 * compression.to_numpy(), **options).as_dict("%")
+    gap = _paired(summary, "avg_compression_ratio", "gst", "pruning")
+    if len(gap):
+        out["gap_gst_minus_pruning_pp"] = stats.estimate(100 * gap.to_numpy(), **options).as_dict("%p")
+    dense, gst = (of[m][score].dropna().to_numpy() for m in ("dense", "gst"))
+    change = stats.relative_change(gst, dense, **options) if len(dense) and len(gst) else None
+    if change is not None and not math.isnan(change.value):  # NaN: dense's IQM is 0, no scale
+        drop = stats.Estimate(-change.value, -change.upper, -change.lower, change.n)
+        out["reward_drop_gst_vs_dense_pct"] = drop.as_dict("%")
+    for method, rows in of.items():
+        values = rows[score].dropna().to_numpy()
+        if len(values):
+            out[f"score_iqm_{method}"] = stats.estimate(values, **options).as_dict(score)
+    return out
 
 
 def layers_of(results: Sequence[dict[str, Any]], method: str = "gst") -> pd.DataFrame | None:
