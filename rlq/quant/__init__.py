@@ -6,6 +6,7 @@ Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3`
 - :func:`quantize_tensor`: uniform fake quantization of a tensor (the rule is in ``rlq.quant.tensor``).
 - :func:`ptq`: a post-training-quantized copy at fp16, bf16, int8 (real kernels) or simulated int2..int16
   (``sim8``: the simulated, weights-only 8-bit point).
+- :func:`perturb_weights`: the matched noise control, weights plus uniform noise of half a quantization step.
 - :func:`prepare_qat_`, :func:`set_qat_enabled`, :func:`is_qat`, :func:`convert_qat_`: QAT with an STE.
 - :func:`export_onnx`, :class:`OnnxPolicy`: fp32 / int8 ONNX models run with ONNX Runtime.
 - :func:`measure_latency`, :func:`compare_backends`, :func:`fastest_backend`: choosing by measurement.
@@ -15,6 +16,7 @@ Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3`
 from rlq.quant.activations import ActivationQuantizer
 from rlq.quant.latency import BACKENDS, compare_backends, fastest_backend, measure_latency
 from rlq.quant.layers import quantizable_layers
+from rlq.quant.noise import perturb_weights, quantization_step
 from rlq.quant.onnx_backend import OnnxPolicy, export_onnx
 from rlq.quant.ptq import CastPrecision, LayerHolder, ptq
 from rlq.quant.qat import WeightFakeQuant, convert_qat_, is_qat, prepare_qat_, set_qat_enabled
@@ -38,9 +40,11 @@ __all__ = [
     "model_size_bytes",
     "pack_state_dict",
     "parse_precision",
+    "perturb_weights",
     "prepare_qat_",
     "ptq",
     "quantizable_layers",
+    "quantization_step",
     "quantize_tensor",
     "relative_change",
     "set_qat_enabled",
