@@ -124,3 +124,14 @@ def test_estimate_round_trips_through_its_recorded_dict():
     assert stats.Estimate.from_dict(e.as_dict(unit="%")) == e
     with pytest.raises(ValueError, match="value, lower and upper"):
         stats.Estimate.from_dict({"value": 1.0})
+
+
+def test_as_records_keys_each_method_with_its_prefix():
+    table = stats.interval_estimates({"a": [1.0, 2.0, 3.0]}, metrics=("iqm",), reps=50)
+    records = stats.as_records(table, prefix="ret ", unit="return")
+    assert list(records) == ["ret a"]
+    assert records["ret a"] == {
+        **table.iloc[0][["value", "lower", "upper"]].to_dict(),
+        "n": 3,
+        "unit": "return",
+    }

@@ -216,3 +216,13 @@ def estimates_by(
         if scores
         else pd.DataFrame(columns=["method", "metric", "value", "lower", "upper", "n"])
     )
+
+
+def as_records(table: pd.DataFrame, prefix: str = "", unit: str | None = None) -> dict[str, dict[str, Any]]:
+    """Return :func:`interval_estimates`' rows as ``{prefix + method: estimate dict}``, what ``rlq.record(estimates=...)`` takes."""
+    return {
+        f"{prefix}{row.method}": Estimate(
+            float(row.value), float(row.lower), float(row.upper), int(row.n)
+        ).as_dict(unit)
+        for row in table.itertuples()
+    }
