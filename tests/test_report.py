@@ -1,84 +1,235 @@
-"""rlq report on synthetic run folders: claims filled from the best finished run, failed runs listed."""
+"""rlq report on synthetic run folders: verdicts from the best finished run, portable numbers and paths."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
-from rlq.experiments.paper import paper_numbers
+from rlq.core.jsonio import read_json
+from rlq.experiments.claims import CLAIMS
+from rlq.experiments.paths import repo_root
 from rlq.experiments.runs import new_run_dir
 from rlq.faces.cli import main
-from rlq.faces.report import build_report, claims_table, collect_runs
+from rlq.faces.report import build_report, claims_table, collect_runs, counts, paper_sections, runs_table
+from rlq.faces.report_text import Paths, duration, interval, sig
+
+NOTEBOOK = "output.ipynb"
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:tmp|home|work|root|Users|var|private|mnt)/")
 
 
-def _run(parent, experiment, preset, status, results, params=None, finished="20261130T000000Z"):
+def _run(parent, experiment, preset, status, results, params=None, finished="20261130T000000Z", files=None):
     path = new_run_dir(parent, experiment)
     (path / "params.json").write_text(json.dumps(params or {"seed": 0}))
     body = {"status": status, "experiment": experiment, "preset": preset, "finished": finished, **results}
     (path / "results.json").write_text(json.dumps(body))
+    for name, text in (files or {}).items():  # e.g. the executed notebook, an archived attempt
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
     return path
 
 
-@pytest.fixture
-def runs(tmp_path):
-    parent = tmp_path / "runs"
-    _run(
-        parent,
-        "quarl_ptq",
-        "quick",
-        "ok",
-        {"worst_int8_relative_change": -0.5, "lowest_bits_within_tolerance": {"a": 12}},
-    )
-    _run(
+def _estimate(value, lower, upper, n):
+    return {"value": value, "lower": lower, "upper": upper, "n": n}
+
+
+def synthetic_runs(parent: Path) -> Path:
+    """Make one holding claim, one failing, one failed run and one re-analysed run under ``parent``."""
+    _run(  # holds: a 1.23% int8 drop, its whole interval below the paper's 0 + 5
         parent,
         "quarl_ptq",
         "medium",
         "ok",
-        {"worst_int8_relative_change": -0.02, "lowest_bits_within_tolerance": {"a": 6, "b": 7}},
-        params={"seeds": [0, 1]},
+        {
+            "estimates": {"int8_reward_drop_pct": _estimate(1.23456, 0.51234, 2.04321, 5)},
+            "train_seconds": 700.0,
+        },
+        params={"seeds": [0, 1, 2, 3, 4]},
+        files={NOTEBOOK: "{}"},
     )
-    _run(parent, "gst_classification", "medium", "failed", {"error": "RuntimeError: boom"})
+    _run(  # does not hold: 40% average compression, far below the paper's 71.9 - 5
+        parent,
+        "gst_a2c_atari",
+        "medium",
+        "ok",
+        {
+            "estimates": {"avg_compression_gst_pct": _estimate(40.1234, 35.3, 44.9, 4)},
+            "train_seconds": 1500.0,
+        },
+        params={"seeds": [0, 1, 2, 3]},
+        files={NOTEBOOK: "{}"},
+    )
+    failed = parent / "gst_classification"
+    _run(
+        parent, "gst_classification", "medium", "failed", {"error": f"FileNotFoundError: {failed}/x/data.npz"}
+    )
+    _run(  # re-analysed: trained 1920 s in attempt 1, then `rlq run --resume DIR --rerun` took 13 s
+        parent,
+        "gst_td3_mujoco",
+        "medium",
+        "ok",
+        {
+            "estimates": {"gap_gst_minus_pruning_pp": _estimate(27.243972, 12.123456, 30.249, 3)},
+            "run_seconds": 13.0,
+        },
+        params={"seeds": [0, 1, 2]},
+        files={
+            NOTEBOOK: "{}",
+            "attempts/1/results.json": json.dumps({"status": "ok", "run_seconds": 1920.0}),
+        },
+    )
     return parent
 
 
-def test_claims_come_from_the_largest_finished_preset(runs, tmp_path):
-    table = claims_table(collect_runs(runs, tmp_path / "no_results"))
-    drop = table[(table.paper == "quarl") & (table.metric == "int8_reward_drop")].iloc[0]
-    assert drop.ours == pytest.approx(2.0) and drop.preset == "medium" and drop.seeds == "[0, 1]"
-    assert drop.holds == "yes"  # a 2% drop is within the 5% tolerance
-    bits = table[(table.paper == "quarl") & (table.metric == "enough_bits_max")].iloc[0]
-    assert bits.ours == 7 and bits.paper_value == 8 and bits.holds == "yes"
-    cifar = table[(table.experiment == "cifar10") & (table.metric == "compression_ratio")].iloc[0]
-    assert cifar.holds == "no finished run"  # the only run failed
-    assert (table.holds == "not measured").sum() > 0  # numbers no experiment measures yet are listed too
-    assert len(table) == len(paper_numbers())
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """Return the HTML report of the synthetic runs, its text and the runs folder (built once: ~2 s)."""
+    base = tmp_path_factory.mktemp("report")
+    runs = synthetic_runs(base / "runs")
+    out, text = build_report(runs, base / "report.html", base / "no_results", formats=("html", "md"))
+    return out, text, runs
 
 
-def test_report_html_lists_failed_runs_and_the_cli_prints_its_path(runs, tmp_path, capsys):
-    out, text = build_report(runs, tmp_path / "report.html", tmp_path / "no_results")
+def test_numbers_are_rounded_to_three_significant_figures():
+    assert [sig(v) for v in (27.243972, 0.557103, 1934.5, 9.996, 12.0, 0.0, -0.647)] == [
+        "27.2",
+        "0.557",
+        "1930",
+        "10.0",
+        "12",
+        "0",
+        "-0.647",
+    ]
+    assert interval(27.243972, 12.123456, 30.249, "%p") == "27.2 [12.1, 30.2] %p"
+    assert interval(64.7, 64.7, 64.7, "%") == "64.7%"  # a point value shows no interval
+    assert [duration(s) for s in (13.0, 1920.0, 9000.0, None)] == ["13 s", "32 min", "2.5 h", ""]
+
+
+def test_paths_are_relative_to_the_report_or_the_project(tmp_path):
+    paths = Paths(tmp_path / "out" / "report.html", repo_root())
+    assert paths.link(tmp_path / "out" / "runs" / "a" / "output.ipynb") == "runs/a/output.ipynb"
+    assert paths.label(repo_root() / "data" / "results" / "x") == "data/results/x"
+    assert paths.link(repo_root() / "data") is None  # from outside the project only a machine path reaches it
+    scrubbed = paths.scrub(f"OSError: {tmp_path}/out/runs/a/b.csv and /opt/elsewhere/c.npz missing")
+    assert scrubbed == "OSError: runs/a/b.csv and .../c.npz missing"
+    inside = Paths(repo_root() / "runs" / "report.html", repo_root())
+    assert inside.link(repo_root() / "data" / "results" / "x") == "../data/results/x"
+
+
+def test_verdicts_come_from_the_best_run_and_the_interval_rule(report):
+    _, _, runs = report
+    table = claims_table(collect_runs(runs, runs.parent / "no_results"))
+    assert len(table) == len(CLAIMS)
+    assert counts(table) == {
+        "claims": len(CLAIMS),
+        "measured": 3,
+        "holds": 1,
+        "does not hold": 1,
+        "inconclusive": 1,
+        "another setting": 0,
+    }
+    drop = table[table.metric == "int8_reward_drop"].iloc[0]
+    assert drop.verdict == "holds" and drop.n == 5 and drop.preset == "medium" and drop.unit == "%"
+    gap = table[table.experiment == "td3_mujoco"].iloc[0]
+    assert (gap.paper_low, gap.paper_high) == (25.0, 41.5)  # the paper's range from its _min/_max rows
+    assert gap.verdict == "inconclusive" and "straddles" in gap.reason
+    cifar = table[table.metric == "compression_ratio"].iloc[0]
+    assert cifar.verdict == "not measured" and cifar.reason == "no finished run"  # its only run failed
+
+
+def test_the_largest_finished_preset_wins(tmp_path):
+    parent = tmp_path / "runs"
+    good = {"estimates": {"int8_reward_drop_pct": _estimate(1.0, 0.5, 2.0, 3)}}
+    bad = {"estimates": {"int8_reward_drop_pct": _estimate(50.0, 40.0, 60.0, 3)}}
+    _run(parent, "quarl_ptq", "quick", "ok", bad, finished="20261201T000000Z")
+    _run(parent, "quarl_ptq", "medium", "ok", good)
+    _run(parent, "quarl_ptq", "paper", "failed", {"error": "RuntimeError: boom"})
+    table = claims_table(collect_runs(parent, tmp_path / "no_results"))
+    row = table[table.metric == "int8_reward_drop"].iloc[0]
+    assert row.preset == "medium" and row.verdict == "holds"
+
+
+def test_runs_table_keeps_the_training_time_of_a_reanalysed_run(report, tmp_path):
+    out, _, runs = report
+    table = runs_table(collect_runs(runs, tmp_path / "no_results"), Paths(out, repo_root())).set_index(
+        "experiment"
+    )
+    assert table.loc["gst_td3_mujoco", "train_seconds"] == 1920.0  # not the 13 s of its re-analysis
+    assert table.loc["gst_td3_mujoco", "status"] == "ok, re-analysed"
+    assert table.loc["quarl_ptq", "train_seconds"] == 700.0
+    assert table.loc["gst_classification", "error"] == "FileNotFoundError: runs/gst_classification/x/data.npz"
+    assert table.loc["gst_a2c_atari", "link"].startswith("runs/gst_a2c_atari/")
+
+
+def test_paper_settings_and_later_work_are_apart_from_the_claims():
+    used, later = paper_sections()
+    assert "block size" in set(used.metric) and "layer coverage" in set(used.metric)
+    assert used[used.metric == "layer coverage"].value.iloc[0] == "94 to 99"  # a _min/_max pair is one row
+    assert "int8 reward drop" not in set(used.metric)  # claimed rows sit in the verdicts, not here
+    assert len(later) and "RLx2" in " ".join(later.note.fillna(""))
+
+
+def test_the_page_leads_with_verdicts_and_holds_no_machine_path(report):
+    out, text, runs = report
     page = out.read_text()
-    assert "RuntimeError: boom" in page and ">failed<" in page
-    assert "int8_reward_drop" in page and "plotly" in page.lower()
-    assert "2 measured by rlq, 2 hold (0 of them in another setting)" in text and "3 runs (1 failed)" in text
+    assert page.index("verdict-counts") < page.index("class='verdicts'") < page.index("plotly")
+    assert page.count("<div class='figure'") == len({c.family for c in CLAIMS})
+    assert page.count("Plotly.newPlot") == len({c.family for c in CLAIMS})
+    assert page.count("* plotly.js v") == 1  # one inline copy of plotly.js (its banner names the version)
+    assert "27.2 [12.1, 30.2] %p" in page and "1.23 [0.512, 2.04]%" in page and "27.243972" not in page
+    assert "href='runs/gst_td3_mujoco/" in page and "output.ipynb'>notebook</a>" in page
+    assert "32 min" in page and "ok, re-analysed" in page
+    assert "What the papers used" in page and "What later work reports" in page
+    assert "<details>" in page
+    for doc in (page, text, out.with_suffix(".md").read_text()):
+        assert str(runs.parent) not in doc and str(repo_root()) not in doc
+        assert not ABSOLUTE_PATH.search(doc)
+    first = text.splitlines()
+    assert first[0].startswith(
+        "3 of 10 claims measured: 1 hold, 1 do not hold, 1 inconclusive; 4 runs (1 failed)"
+    )
+    assert first[1].startswith("verdict") and sorted(line.split("  ")[0] for line in first[2:5]) == [
+        "does not hold",
+        "holds",
+        "inconclusive",
+    ]
+    assert first[5].startswith("not measured: ")
+
+
+def test_markdown_verdict_table(report):
+    out, _, _ = report
+    md = out.with_suffix(".md").read_text().splitlines()
+    assert md[0].startswith("**3 of 10 claims measured")
+    assert md[2] == "| Claim | Paper | Ours [95% interval] | Seeds | Preset | Verdict |"
+    rows = [line for line in md[4:] if line.startswith("| ")]
+    assert len(rows) == len(CLAIMS)
+    holds = next(r for r in rows if "int8 reward drop" in r)
+    assert "| 0% | 1.23 [0.512, 2.04]% | 5 | medium | **holds**" in holds
+
+
+def test_the_cli_writes_markdown_on_request_and_prints_the_paths(report, tmp_path, capsys):
+    _, _, runs = report
     assert main(["report", "--runs", str(runs), "--out", str(tmp_path / "r2.html")]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == str(tmp_path / "r2.html")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == str(tmp_path / "r2.html") and not (tmp_path / "r2.md").exists()
+    assert main(["report", "--runs", str(runs), "--out", str(tmp_path / "r3.html"), "--format", "md"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert (
+        lines[-2:] == [str(tmp_path / "r3.html"), str(tmp_path / "r3.md")] and (tmp_path / "r3.md").is_file()
+    )
 
 
 def test_a_claim_measured_in_another_setting_says_so(tmp_path):
     parent = tmp_path / "runs"
-    _run(
-        parent,
-        "gst_classification",
-        "medium",
-        "ok",
-        {"dataset": "digits", "gst_final_compression": 69.8, "gst_accuracy_drop_vs_dense": 0.56},
-    )
+    estimates = {"gst_final_compression_pct": _estimate(69.8, 68.0, 71.0, 3)}
+    _run(parent, "gst_classification", "medium", "ok", {"dataset": "digits", "estimates": estimates})
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
-    row = table[(table.experiment == "cifar10") & (table.metric == "compression_ratio")].iloc[0]
-    assert row.ours == pytest.approx(69.8) and row.holds == "yes (measured on digits, not CIFAR-10)"
+    row = table[table.metric == "compression_ratio"].iloc[0]
+    assert row.verdict == "holds" and row.setting == "measured on digits, not CIFAR-10"
     _, text = build_report(parent, tmp_path / "r.html", tmp_path / "no_results")
-    assert "2 measured by rlq, 2 hold (2 of them in another setting)" in text
+    assert "(1 in another setting)" in text.splitlines()[0]
 
 
 def test_a_finished_run_without_the_number_says_so(tmp_path):
@@ -87,14 +238,13 @@ def test_a_finished_run_without_the_number_says_so(tmp_path):
         parent, "quarl_actorq", "medium", "ok", {"speedup_int8_vs_fp32": None}
     )  # no run reached the threshold
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
-    row = table[(table.experiment == "actorq") & (table.metric == "end_to_end_speedup_min")].iloc[0]
-    assert row.ours is None and row.preset == "medium" and row.holds == "no value in the finished run"
+    row = table[table.metric == "end_to_end_speedup_min"].iloc[0]
+    assert row.verdict == "not measured" and row.preset == "medium" and "no number" in row.reason
 
 
 def test_a_rerun_keeps_the_training_time_of_the_attempt_that_trained(tmp_path, monkeypatch):
     import papermill
 
-    from rlq.core.jsonio import read_json
     from rlq.experiments import runner
 
     class Tiny:

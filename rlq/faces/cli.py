@@ -140,9 +140,12 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from rlq.faces.report import build_report
 
-    path, text = build_report(args.runs, args.out)
+    formats = ("html", "md") if args.format == "md" else ("html",)
+    path, text = build_report(args.runs, args.out, formats=formats)
     print(text)
     print(path)
+    if "md" in formats:
+        print(path.with_suffix(".md"))
     return 0
 
 
@@ -205,11 +208,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace results already published there")
     p.set_defaults(func=_cmd_publish)
 
-    p = sub.add_parser("report", help="every paper number beside ours, as runs/report.html and a text table")
+    p = sub.add_parser("report", help="which paper claims hold: runs/report.html and the verdicts as text")
     p.add_argument(
         "--runs", type=Path, default=default_runs_dir(), help="parent of run folders (default: runs/)"
     )
     p.add_argument("--out", type=Path, help="HTML file to write (default: <runs>/report.html)")
+    p.add_argument(
+        "--format",
+        choices=("html", "md"),
+        default="html",
+        help="md: also write the verdict table as Markdown beside the HTML (<runs>/report.md)",
+    )
     p.set_defaults(func=_cmd_report)
     return parser
 
