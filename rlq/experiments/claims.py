@@ -111,7 +111,7 @@ def judge(claim: Claim, results: Results, paper_value: float) -> Verdict | None:
     outside = (est.upper < limit) if claim.direction == ">=" else (est.lower > limit)
     span = f"{_fmt(est.lower)} to {_fmt(est.upper)}"
     if not has_interval:
-        verdict, reason = "inconclusive", f"point value only (no interval recorded); rule: {claim.rule}"
+        verdict, reason = "inconclusive", "point value only (no interval recorded)"
     elif est.n < MIN_SEEDS:
         verdict, reason = "inconclusive", f"{est.n} seed{'s' if est.n != 1 else ''} (< {MIN_SEEDS})"
     elif inside:
