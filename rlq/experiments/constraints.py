@@ -13,8 +13,8 @@ literal (no ``=`` in it: papermill skips a line holding two)::
 Keys: ``min``/``max`` (inclusive) and ``gt``/``lt`` (exclusive) bounds; ``choices`` (separated by ``|``);
 ``items`` (the type of a list's items: int, float, str or bool); ``min_len`` (a list's shortest length);
 ``kind`` (``env_id``: a registered environment; ``algorithm``: an SB3 algorithm name; ``run``: a QuaRL run
-``[algorithm, env_id, steps]`` with optional hyperparameters as a 4th item); ``nonfinite: ok``
-(NaN and infinity are meaningful here). For a list, bounds, choices and kind apply to every item.
+``[algorithm, env_id, steps]`` with optional hyperparameters as a 4th item, ``"zoo"`` for rl-zoo3's steps or
+settings); ``nonfinite: ok`` (NaN and infinity are meaningful here). For a list, bounds, choices and kind apply to every item.
 
 Whatever is declared or not, a float that is NaN or infinite is rejected (unless ``nonfinite: ok``), and
 the items of a list whose default holds items of one type must have that type.
@@ -177,18 +177,34 @@ def check_value(name: str, value: Any, default: Any, constraint: Constraint) -> 
 
 
 def _check_run(name: str, run: Any) -> None:
-    """Raise ConstraintError naming ``name`` unless ``run`` is ``[algorithm, env_id, steps(, hyperparams)]``."""
+    """Raise ConstraintError naming ``name`` unless ``run`` is ``[algorithm, env_id, steps(, hyperparams)]``.
+
+    ``steps`` may be ``"zoo"`` (rl-zoo3's budget and settings) and the 4th item ``"zoo"`` after explicit
+    steps (the zoo's settings); then the zoo must tune that pair (:func:`rlq.rl.zoo.zoo_hyperparams`).
+    """
     if not isinstance(run, list) or len(run) not in (3, 4):
         raise ConstraintError(
-            f"parameter {name!r} must be [algorithm, environment id, training steps] with optional "
-            f"hyperparameters as a 4th item, got {run!r}"
+            f'parameter {name!r} must be [algorithm, environment id, training steps or "zoo"] with optional '
+            f'hyperparameters (a dict, or "zoo") as a 4th item, got {run!r}'
         )
     algorithm, env_id, steps = run[:3]
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConstraintError(f"parameter {name!r}: training steps must be a positive int, got {steps!r}")
-    if len(run) == 4 and not isinstance(run[3], dict):
-        raise ConstraintError(f"parameter {name!r}: hyperparameters must be a dict, got {run[3]!r}")
+    extra = run[3] if len(run) == 4 else {}
+    if steps != "zoo" and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConstraintError(
+            f'parameter {name!r}: training steps must be a positive int or "zoo", got {steps!r}'
+        )
+    if not isinstance(extra, dict) and not (extra == "zoo" and steps != "zoo"):
+        raise ConstraintError(
+            f'parameter {name!r}: hyperparameters must be a dict (or "zoo" after explicit steps), got {extra!r}'
+        )
     for kind, value in (("algorithm", algorithm), ("env_id", env_id)):
         if not isinstance(value, str):
             raise ConstraintError(f"parameter {name!r}: the {kind} must be a string, got {value!r}")
         _check_scalar(name, value, Constraint(kind=kind))
+    if "zoo" in (steps, extra):
+        from rlq.rl.zoo import zoo_entry
+
+        try:
+            zoo_entry(algorithm, env_id)
+        except (ValueError, ImportError) as e:
+            raise ConstraintError(f"parameter {name!r}: {e}") from None

@@ -102,12 +102,12 @@ def zoo_env_ids(algorithm: str) -> list[str]:
     return sorted(zoo_entries(algorithm))
 
 
-def zoo_hyperparams(algorithm: str, env_id: str) -> ZooSettings:
-    """Return rl-zoo3's tuned settings and budget for ``algorithm`` on ``env_id``, ready for ``train_agent``.
+def zoo_entry(algorithm: str, env_id: str) -> tuple[dict[str, Any], str]:
+    """Return the zoo's entry for ``algorithm`` on ``env_id`` as the YAML holds it, and where it was read.
 
     Atari ids without an entry of their own use the zoo's ``atari`` entry. Raises :class:`ZooSettingError`
     for a pair the zoo does not tune (listing what it tunes for ``algorithm``) and for settings rlq cannot
-    honour (see the module's docstring).
+    honour (see the module's docstring). Reads the YAML only: a quick check before a kernel starts.
     """
     algorithm = check_algorithm_name(algorithm)
     entries = zoo_entries(algorithm)
@@ -119,18 +119,29 @@ def zoo_hyperparams(algorithm: str, env_id: str) -> ZooSettings:
             f"rl-zoo3 has no {algorithm} settings for {env_id!r}; its {zoo_file(algorithm).name} tunes: "
             f"{', '.join(sorted(entries))}"
         )
-    raw = dict(entries[key])
-    where = f"{zoo_file(algorithm)}: {key}"
-    _check_supported(raw, env_id, where)
+    raw, where = dict(entries[key]), f"{zoo_file(algorithm)}: {key}"
+    _check_supported(dict(raw), env_id, where)
     if "n_timesteps" not in raw:
         raise ZooSettingError(f"{where} gives no n_timesteps")
+    return raw, where
+
+
+def zoo_hyperparams(algorithm: str, env_id: str) -> ZooSettings:
+    """Return rl-zoo3's tuned settings and budget for ``algorithm`` on ``env_id``, ready for ``train_agent``.
+
+    The entry is :func:`zoo_entry`'s (which raises for unknown pairs and settings rlq cannot honour).
+    """
+    raw, where = zoo_entry(algorithm, env_id)
+    _check_supported(raw, env_id, where)  # drops the zoo-only keys rlq honours already
     n_timesteps, n_envs = int(float(raw.pop("n_timesteps"))), int(raw.pop("n_envs", 1))
     policy = str(raw.pop("policy", "MlpPolicy"))
     noise = _action_noise(raw.pop("noise_type", None), raw.pop("noise_std", None), env_id, where)
     hyperparams = {name: _value(name, value, where) for name, value in raw.items()}
     if noise is not None:
         hyperparams["action_noise"] = noise
-    return ZooSettings(algorithm, env_id, n_timesteps, n_envs, policy, hyperparams, where)
+    return ZooSettings(
+        check_algorithm_name(algorithm), env_id, n_timesteps, n_envs, policy, hyperparams, where
+    )
 
 
 def _check_supported(raw: dict[str, Any], env_id: str, where: str) -> None:
