@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pytest
 
+from rlq.experiments.constraints import Constraint, ConstraintError, check_value
 from rlq.experiments.quarl import (
+    STATED_THRESHOLDS,
     RunSpec,
     actor_breakdown,
     actor_breakdown_shares,
@@ -15,16 +17,23 @@ from rlq.experiments.quarl import (
     actorq_summary,
     figures,
     learner_breakdown,
+    noise_control_table,
     parse_runs,
+    precision_intervals,
+    ptq_estimates,
     ptq_numbers,
     ptq_precisions,
     ptq_summary,
+    qat_estimates,
     qat_numbers,
     qat_summary,
     qat_vs_ptq_table,
+    seed_task_matrix,
+    solved_threshold,
     speedup,
     task_name,
 )
+from rlq.rl.zoo import zoo_hyperparams
 
 
 def test_run_specs_read_a_notebook_s_runs():
@@ -37,58 +46,176 @@ def test_run_specs_read_a_notebook_s_runs():
         RunSpec.parse(["PPO", "CartPole-v1"])
 
 
-def test_ptq_precisions_put_the_real_kernels_first_and_do_not_repeat_int8():
-    assert ptq_precisions([16, 8, 4]) == ["fp32", "fp16", "int8", "int16", "int4"]
+def test_a_zoo_run_takes_the_zoo_s_budget_envs_and_settings_with_overrides_on_top():
+    zoo = zoo_hyperparams("PPO", "CartPole-v1")
+    spec = RunSpec.parse(["PPO", "CartPole-v1", "zoo"])
+    assert spec.zoo and spec.steps == zoo.n_timesteps and spec.n_envs(4) == zoo.n_envs == 8
+    assert spec.hyperparams == zoo.hyperparams and spec.policy == "MlpPolicy"
+    overridden = RunSpec.parse(["PPO", "CartPole-v1", "zoo", {"n_epochs": 5}])
+    assert (
+        overridden.hyperparams["n_epochs"] == 5
+        and overridden.hyperparams["n_steps"] == zoo.hyperparams["n_steps"]
+    )
+    budget = RunSpec.parse(["DQN", "CartPole-v1", 1000, "zoo"])
+    assert budget.steps == 1000 and budget.hyperparams["train_freq"] == 256 and budget.n_envs(8) == 1
+    with pytest.raises(ValueError, match="no DQN settings"):
+        RunSpec.parse(["DQN", "NoSuchEnv-v0", "zoo"])
+    with pytest.raises(ValueError, match="overrides"):
+        RunSpec.parse(["DQN", "CartPole-v1", "zoo", "zoo"])
+
+
+def test_the_runs_constraint_accepts_zoo_entries_and_rejects_what_the_zoo_cannot_honour():
+    runs = [["DQN", "CartPole-v1", "zoo"], ["PPO", "CartPole-v1", 20_000, "zoo"], ["A2C", "CartPole-v1", 100]]
+    check_value("runs", runs, None, Constraint(kind="run"))
+    for bad, match in [
+        (["PPO", "Acrobot-v1", "zoo"], "normalize"),
+        (["PPO", "CartPole-v1", "zoo", "zoo"], "must be a dict"),
+        (["PPO", "CartPole-v1", "soon"], "positive int or"),
+    ]:
+        with pytest.raises(ConstraintError, match=match):
+            check_value("runs", [bad], None, Constraint(kind="run"))
+
+
+def test_solved_thresholds_come_from_gymnasium_or_are_stated():
+    assert solved_threshold("CartPole-v1") == (475.0, "Gymnasium's reward_threshold")
+    assert solved_threshold("Acrobot-v1")[0] == -100.0
+    assert solved_threshold("Pendulum-v1") == (
+        STATED_THRESHOLDS["Pendulum-v1"],
+        "stated by rlq (Gymnasium gives none)",
+    )
+
+
+def test_ptq_precisions_put_the_real_kernels_apart_from_the_weights_only_sweep():
+    assert ptq_precisions([16, 8, 4]) == [
+        ("fp32", "float"),
+        ("fp16", "float"),
+        ("int8", "kernel"),
+        ("int16", "weights-only"),
+        ("sim8", "weights-only"),
+        ("int4", "weights-only"),
+    ]
+
+
+def agent_rows(run="PPO CartPole-v1", seed=0, fp32=500.0, solved=True, int8=490.0, sim8=500.0, int4=300.0):
+    """One agent's rows of evaluate_ptq's table: relative changes against ``fp32``, a noise control at 8 and 4 bits."""
+    rows = [
+        ("fp32", "float", 32, "torch", 0, fp32),
+        ("fp16", "float", 16, "torch", 0, fp32),
+        ("int8", "kernel", 8, "torch", 0, int8),
+        ("int16", "weights-only", 16, "torch", 0, fp32),
+        ("sim8", "weights-only", 8, "torch", 0, sim8),
+        ("int4", "weights-only", 4, "torch", 0, int4),
+        ("int8", "onnx", 8, "onnx", 0, int8 - 1),
+        ("sim8", "noise", 8, "torch", 0, fp32),
+        ("sim8", "noise", 8, "torch", 1, fp32 / 2),
+        ("int4", "noise", 4, "torch", 0, fp32 / 4),
+        ("int4", "noise", 4, "torch", 1, fp32 / 4),
+    ]
+    table = pd.DataFrame(rows, columns=["precision", "scheme", "bits", "backend", "draw", "mean_return"])
+    algorithm, environment = run.split()
+    return table.assign(
+        algorithm=algorithm,
+        environment=environment,
+        run=run,
+        seed=seed,
+        solved=solved,
+        random_return=20.0,
+        relative_change=(table["mean_return"] - fp32) / fp32,
+        normalised_score=(table["mean_return"] - 20.0) / (fp32 - 20.0),
+    )
 
 
 def ptq_rows():
-    rows = []
-    for bits, precision, mean, change in [
-        (32, "fp32", 100.0, 0.0),
-        (16, "fp16", 100.0, 0.0),
-        (8, "int8", 98.0, -0.02),
-        (4, "int4", 90.0, -0.1),
-        (2, "int2", 20.0, -0.8),
-    ]:
-        rows.append(
-            dict(
-                algorithm="PPO",
-                environment="CartPole-v1",
-                random_return=20.0,
-                precision=precision,
-                bits=bits,
-                backend="torch",
-                mean_return=mean,
-                relative_change=change,
-            )
-        )
-    rows.append(
-        dict(
-            algorithm="PPO",
-            environment="CartPole-v1",
-            random_return=20.0,
-            precision="int8",
-            bits=8,
-            backend="onnx",
-            mean_return=97.0,
-            relative_change=-0.03,
-        )
+    return pd.concat(
+        [
+            agent_rows(seed=0),
+            agent_rows(seed=1, int8=500.0),
+            agent_rows(seed=2, fp32=100.0, solved=False, int8=150.0, sim8=100.0, int4=100.0),
+        ],
+        ignore_index=True,
     )
-    ptq = pd.DataFrame(rows)
-    ptq["run"] = ptq["algorithm"] + " " + ptq["environment"]
-    return ptq
 
 
-def test_ptq_summary_and_numbers_read_one_row_per_run():
+def test_ptq_summary_reads_one_row_per_run_and_seed_and_ranks_weights_only_widths_alone():
     summary = ptq_summary(ptq_rows(), tolerance=0.05)
+    assert summary["seed"].tolist() == [0, 1, 2] and summary["solved"].tolist() == [True, True, False]
     row = summary.iloc[0]
-    assert (row.fp32, row.int8, row.onnx_int8, row.random) == (100.0, 98.0, 97.0, 20.0)
-    assert row.int8_change_pct == pytest.approx(-2.0) and row.lowest_bits_within_tolerance == 8
+    assert (row.fp32, row.int8, row.int8_weights_only, row.onnx_int8, row.random) == (
+        500.0,
+        490.0,
+        500.0,
+        489.0,
+        20.0,
+    )
+    assert row.int8_change_pct == pytest.approx(-2.0) and row.int8_weights_only_change_pct == 0.0
+    assert row.lowest_bits_within_tolerance == 8 and row.noise8_broken == "1/2"
+    # the kernel int8 breaking an agent does not move the weights-only ranking
+    broken_kernel = ptq_summary(agent_rows(int8=100.0), 0.05).iloc[0]
+    assert broken_kernel.lowest_bits_within_tolerance == 8
+    assert ptq_summary(agent_rows(sim8=100.0), 0.05).iloc[0].lowest_bits_within_tolerance == 16
+    assert "onnx_int8" not in ptq_summary(ptq_rows().query("backend == 'torch'"), 0.05).columns
+
+
+def test_ptq_numbers_and_estimates_judge_solved_agents_only():
+    summary = ptq_summary(ptq_rows(), tolerance=0.05)
     numbers = ptq_numbers(summary, 0.05)
-    assert numbers["int8_relative_change"] == {"PPO CartPole-v1": pytest.approx(-0.02)}
-    assert numbers["worst_int8_relative_change"] == pytest.approx(-0.02) and numbers["n_runs"] == 1
-    without_onnx = ptq_summary(ptq_rows().query("backend == 'torch'"), tolerance=0.05)
-    assert "onnx_int8" not in without_onnx.columns
+    assert numbers["int8_relative_change"]["PPO CartPole-v1"] == {
+        "0": pytest.approx(-0.02),
+        "1": 0.0,
+        "2": pytest.approx(0.5),
+    }
+    assert numbers["worst_int8_relative_change"] == pytest.approx(
+        -0.02
+    )  # the unsolved seed's +50% is not judged
+    assert numbers["lowest_bits_within_tolerance"] == {"PPO CartPole-v1": 8}
+    assert numbers["solved"]["PPO CartPole-v1"] == {"0": True, "1": True, "2": False}
+    assert (numbers["n_solved"], numbers["n_agents"], numbers["n_runs"]) == (2, 3, 1)
+    estimates = ptq_estimates(summary, reps=200)
+    change = estimates["int8_reward_change_pct"]
+    assert (
+        change["n"] == 2 and change["unit"] == "%" and change["lower"] <= change["value"] <= change["upper"]
+    )
+    assert change["value"] == pytest.approx(-1.0)  # IQM of -2 and 0
+    drop = estimates["int8_reward_drop_pct"]
+    assert (drop["value"], drop["lower"], drop["upper"]) == (
+        -change["value"],
+        -change["upper"],
+        -change["lower"],
+    )
+    assert estimates["lowest_bits_within_tolerance"]["value"] == 8.0
+    assert ptq_estimates(summary.assign(solved=False)) == {}
+
+
+def test_seed_task_matrix_is_a_rectangle_when_it_can_be_and_pooled_when_not():
+    rows = pd.DataFrame({"run": ["a", "a", "b", "b"], "x": [1.0, 2.0, 3.0, 4.0]})
+    assert seed_task_matrix(rows, "x").tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    assert seed_task_matrix(rows.iloc[:3], "x").tolist() == [1.0, 2.0, 3.0]
+
+
+def test_noise_control_and_precision_intervals():
+    ptq = ptq_rows()
+    noise = noise_control_table(ptq, 0.05)
+    first = noise[(noise.seed == 0) & (noise.bits == 8)].iloc[0]
+    assert (first.quantized, first.noise_broken, first.noise_draws, first.quantized_broken) == (
+        500.0,
+        1,
+        2,
+        False,
+    )
+    four = noise[(noise.seed == 0) & (noise.bits == 4)].iloc[0]
+    assert four.quantized_broken and four.noise_broken == 2
+    intervals = precision_intervals(ptq, reps=200)
+    assert intervals["method"].tolist()[:3] == [
+        "fp16",
+        "int8 kernels (weights + activations)",
+        "16 bits weights-only",
+    ]
+    assert "noise of a 8-bit step" in intervals["method"].tolist() and set(intervals["n"]) == {2}
+    assert (
+        len(figures.bit_sweep_figure(ptq, 0.05).data) == 3 * 1 + 2
+    )  # a line per seed, noise dots, kernel point
+    assert len(figures.noise_control_figure(noise).data) == 2
+    assert len(figures.ptq_bars_figure(ptq_summary(ptq, 0.05)).data) == 5
 
 
 def test_qat_tables_average_seeds_and_compare_qat_with_ptq():
@@ -108,6 +235,10 @@ def test_qat_tables_average_seeds_and_compare_qat_with_ptq():
     assert numbers["qat_return"] == {"PPO CartPole-v1": {"2": 305.0}}
     assert numbers["fp32_return"] == {"PPO CartPole-v1": 405.0} and numbers["mean_qat_minus_ptq"] == 200.0
     assert len(figures.qat_vs_ptq_figure(summary).data) == 2
+    estimates = qat_estimates(pd.DataFrame(rows), reps=200)
+    gap = estimates["qat_minus_ptq_reward_pct_2bits"]  # 200 of 400 and of 410: 50% and 48.8% of fp32
+    assert list(estimates) == ["qat_minus_ptq_reward_pct_2bits"] and gap["n"] == 2 and gap["unit"] == "%"
+    assert gap["lower"] == pytest.approx(100 * 200 / 410) and gap["upper"] == pytest.approx(50.0)
 
 
 @dataclass

@@ -116,9 +116,10 @@ HEADLINE_KEYS: dict[str, list[str]] = {
         "int8_size_fraction",
         "threads",
     ],
-    # lowest_bits_within_tolerance is None only when no width keeps the reward; at quick 16 bits keep PPO's 500
+    # lowest_bits_within_tolerance is 32 when no integer width keeps the reward; at quick 16 bits keep PPO's 500
     "quarl_ptq": [
         "int8_relative_change",
+        "int8_weights_only_relative_change",
         "fp16_relative_change",
         "lowest_bits_within_tolerance",
         "fp32_return",
@@ -126,6 +127,8 @@ HEADLINE_KEYS: dict[str, list[str]] = {
         "worst_int8_relative_change",
         "tolerance",
         "n_runs",
+        "n_agents",
+        "n_solved",
     ],
     "quarl_qat": [
         "qat_return",

@@ -1,12 +1,17 @@
 """QuaRL experiments (QuaRL / ActorQ): what the QuaRL notebooks call, re-exported from the modules that hold it.
 
 - :mod:`~rlq.experiments.quarl.runs`: :class:`RunSpec` reads a notebook's ``runs`` entries (algorithm,
-  environment, steps, hyperparameters); :func:`train_fp32_agents` trains their fp32 agents.
-- :mod:`~rlq.experiments.quarl.ptq` (``quarl_ptq``): :func:`evaluate_ptq` (every precision of every agent,
-  cached in the agent's folder so a resumed run does not evaluate again), :func:`ptq_summary`, :func:`ptq_numbers`.
+  environment, steps or ``"zoo"``, hyperparameters; rl-zoo3's settings through :mod:`rlq.rl.zoo`).
+- :mod:`~rlq.experiments.quarl.evaluation`: :func:`evaluate_episodes` (many seeded episodes side by side),
+  :func:`solved_threshold` (when an fp32 agent has solved its task).
+- :mod:`~rlq.experiments.quarl.ptq` (``quarl_ptq``): :func:`evaluate_ptq` (every run and seed trained in
+  parallel and evaluated at every precision, kernel int8 apart from the weights-only sweep, beside the matched
+  noise control; cached in each agent's folder so a resumed run does not evaluate again), :func:`ptq_summary`,
+  :func:`noise_control_table`, :func:`ptq_estimates`, :func:`precision_intervals`, :func:`ptq_numbers`.
 - :mod:`~rlq.experiments.quarl.qat` (``quarl_qat``): :func:`ptq_after_training` (the fp32 agent and its PTQ
-  evaluation), :func:`qat_agent` (one QAT agent), :func:`qat_vs_ptq` (both over every run, seed and bit width),
-  :func:`qat_summary`, :func:`qat_vs_ptq_table`, :func:`qat_numbers`.
+  evaluation), :func:`qat_agent` (one QAT agent), :func:`qat_seed` (both for one run and seed),
+  :func:`qat_vs_ptq` (every run and seed, in parallel), :func:`qat_summary`, :func:`qat_vs_ptq_table`,
+  :func:`qat_estimates`, :func:`qat_numbers`.
 - :mod:`~rlq.experiments.quarl.latency` (``quarl_latency``): :func:`benchmark_networks`, :func:`stored_sizes`,
   :func:`latency_numbers`.
 - :mod:`~rlq.experiments.quarl.actorq` (``quarl_actorq``): :func:`train_actorq`, :func:`actorq_summary`,
@@ -33,6 +38,7 @@ from rlq.experiments.quarl.actorq import (
     task_name,
     train_actorq,
 )
+from rlq.experiments.quarl.evaluation import STATED_THRESHOLDS, evaluate_episodes, solved_threshold
 from rlq.experiments.quarl.latency import (
     STORED_PRECISIONS,
     batch1_speedups,
@@ -45,17 +51,26 @@ from rlq.experiments.quarl.latency import (
 )
 from rlq.experiments.quarl.ptq import (
     PTQ_CACHE,
+    evaluate_agent,
     evaluate_ptq,
+    judged_agents,
+    lowest_weights_only_bits,
+    noise_control_table,
+    precision_intervals,
+    ptq_agent,
     ptq_claim_lines,
+    ptq_estimates,
     ptq_numbers,
     ptq_precisions,
     ptq_summary,
-    ptq_table,
+    seed_task_matrix,
 )
 from rlq.experiments.quarl.qat import (
     ptq_after_training,
     qat_agent,
+    qat_estimates,
     qat_numbers,
+    qat_seed,
     qat_summary,
     qat_vs_ptq,
     qat_vs_ptq_table,
@@ -63,11 +78,10 @@ from rlq.experiments.quarl.qat import (
 from rlq.experiments.quarl.runs import (
     CALIBRATION_SEED_OFFSET,
     ON_POLICY,
-    AgentRun,
+    ZOO,
     Progress,
     RunSpec,
     parse_runs,
-    train_fp32_agents,
 )
 
 __all__ = [
@@ -76,9 +90,10 @@ __all__ = [
     "LEARNER_PARTS",
     "ON_POLICY",
     "PTQ_CACHE",
+    "STATED_THRESHOLDS",
     "STORED_PRECISIONS",
+    "ZOO",
     "ActorQResults",
-    "AgentRun",
     "Progress",
     "RunSpec",
     "actor_breakdown",
@@ -90,28 +105,38 @@ __all__ = [
     "benchmark_networks",
     "breakdown_table",
     "component_shares",
+    "evaluate_agent",
+    "evaluate_episodes",
     "evaluate_ptq",
+    "judged_agents",
     "latency_claim_lines",
     "latency_numbers",
     "learner_breakdown",
+    "lowest_weights_only_bits",
     "network_spaces",
+    "noise_control_table",
     "paper_breakdown",
     "parse_runs",
+    "precision_intervals",
     "ptq_after_training",
+    "ptq_agent",
     "ptq_claim_lines",
+    "ptq_estimates",
     "ptq_numbers",
     "ptq_precisions",
     "ptq_summary",
-    "ptq_table",
     "qat_agent",
+    "qat_estimates",
     "qat_numbers",
+    "qat_seed",
     "qat_summary",
     "qat_vs_ptq",
     "qat_vs_ptq_table",
+    "seed_task_matrix",
     "size_table",
+    "solved_threshold",
     "speedup",
     "stored_sizes",
     "task_name",
     "train_actorq",
-    "train_fp32_agents",
 ]

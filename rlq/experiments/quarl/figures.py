@@ -16,13 +16,19 @@ PRECISION_COLORS = {"fp32": "#636efa", "fp16": "#00cc96", "int8": "#ef553b"}
 
 
 def ptq_bars_figure(summary: pd.DataFrame) -> go.Figure:
-    """Return each run's mean return at fp32, fp16 and int8 (and ONNX int8 when evaluated), as grouped bars.
+    """Return each agent's mean return at fp32, fp16, int8 kernels, weights-only int8 (and ONNX int8), as grouped bars.
 
-    ``summary`` is :func:`rlq.experiments.quarl.ptq_summary`'s table.
+    ``summary`` is :func:`rlq.experiments.quarl.ptq_summary`'s table: one group per run and seed, an
+    unsolved agent marked as such.
     """
+    columns = ["fp32", "fp16", "int8", "int8_weights_only"] + (
+        ["onnx_int8"] if "onnx_int8" in summary.columns else []
+    )
+    names = {"int8": "int8 kernels", "int8_weights_only": "int8 weights-only", "onnx_int8": "ONNX int8"}
+    agents = [f"{r.run} s{r.seed}" + ("" if r.solved else " (not solved)") for r in summary.itertuples()]
     fig = go.Figure()
-    for column in ["fp32", "fp16", "int8"] + (["onnx_int8"] if "onnx_int8" in summary.columns else []):
-        fig.add_bar(x=summary["run"], y=summary[column], name=column.replace("_", " "))
+    for column in columns:
+        fig.add_bar(x=agents, y=summary[column], name=names.get(column, column))
     fig.update_layout(
         barmode="group",
         template=TEMPLATE,
@@ -33,30 +39,103 @@ def ptq_bars_figure(summary: pd.DataFrame) -> go.Figure:
 
 
 def bit_sweep_figure(ptq: pd.DataFrame, tolerance: float) -> go.Figure:
-    """Return each run's normalised score against weight bit width (1: fp32, 0: random), with the tolerance band.
+    """Return per run the normalised score against weight bits (1: fp32, 0: random): weights-only per seed, noise draws, kernel int8.
 
-    ``ptq`` is :func:`rlq.experiments.quarl.evaluate_ptq`'s table.
+    ``ptq`` is :func:`rlq.experiments.quarl.evaluate_ptq`'s table; one panel per run. Lines: the weights-only
+    sweep of each seed (8 bits simulated like the rest); grey dots: the matched noise control's draws (fp32
+    weights plus uniform noise of half a step at that width); red diamonds: int8 with real kernels, which
+    quantize activations too, drawn beside the weights-only 8-bit point, not on its line. Unsolved agents
+    are dashed. The band is the tolerance around fp32.
     """
-    sweep = ptq[(ptq.backend == "torch") & ptq.precision.str.startswith("int")].sort_values("bits")
-    fig = go.Figure()
-    for run, group in sweep.groupby("run", sort=False):
+    from rlq.experiments.quarl.ptq import KERNEL, NOISE, WEIGHTS_ONLY
+
+    torch_rows = ptq[ptq.backend == "torch"]
+    runs = list(torch_rows["run"].unique())
+    fig = make_subplots(rows=1, cols=len(runs), subplot_titles=runs, shared_yaxes=True)
+    legend: set[str] = set()
+
+    def show(name: str) -> bool:
+        first = name not in legend
+        legend.add(name)
+        return first
+
+    for col, run in enumerate(runs, start=1):
+        rows = torch_rows[torch_rows.run == run]
+        for seed, agent in rows.groupby("seed", sort=True):
+            sweep = agent[agent.scheme == WEIGHTS_ONLY].sort_values("bits")
+            solved = bool(agent["solved"].iloc[0])
+            fig.add_scatter(
+                x=sweep["bits"],
+                y=sweep["normalised_score"],
+                mode="lines+markers",
+                name=f"weights-only, seed {seed}" + ("" if solved else " (not solved)"),
+                line=dict(dash="solid" if solved else "dash"),
+                customdata=sweep[["mean_return"]],
+                hovertemplate="%{x} bits: return %{customdata[0]:.1f}",
+                row=1,
+                col=col,
+            )
+        noise = rows[rows.scheme == NOISE]
+        if len(noise):
+            fig.add_scatter(
+                x=noise["bits"] + 0.25 * (noise["draw"] / max(1, noise["draw"].max()) - 0.5),
+                y=noise["normalised_score"],
+                mode="markers",
+                marker=dict(color="grey", size=6, opacity=0.6),
+                name="noise control (± half a step), one dot per draw",
+                legendgroup="noise",
+                showlegend=show("noise"),
+                row=1,
+                col=col,
+            )
+        kernel = rows[rows.scheme == KERNEL]
         fig.add_scatter(
-            x=group["bits"],
-            y=group["normalised_score"],
-            mode="lines+markers",
-            name=run,
-            customdata=group[["mean_return"]],
-            hovertemplate="%{x} bits: return %{customdata[0]:.1f}",
+            x=kernel["bits"] - 0.35,
+            y=kernel["normalised_score"],
+            mode="markers",
+            marker=dict(color="#ef553b", size=10, symbol="diamond"),
+            name="int8 kernels (weights + activations)",
+            legendgroup="kernel",
+            showlegend=show("kernel"),
+            row=1,
+            col=col,
         )
+    fig.add_hrect(y0=1 - tolerance, y1=1 + tolerance, fillcolor="green", opacity=0.1, line_width=0)
+    fig.add_hline(y=1, line_dash="dash")
+    fig.update_xaxes(autorange="reversed", dtick=2, title_text="weight bits")
+    fig.update_yaxes(title_text="normalised score (1 = fp32, 0 = random)", col=1)
     fig.update_layout(
+        template=TEMPLATE, height=450, title="Return against weight bit width, beside the noise control"
+    )
+    return fig
+
+
+def noise_control_figure(noise: pd.DataFrame) -> go.Figure:
+    """Return per width the share of solved agents broken by quantization and by the noise control's draws.
+
+    ``noise`` is :func:`rlq.experiments.quarl.noise_control_table`'s table (solved agents are used when any).
+    A width where noise of the same size breaks agents as often as quantization does shows fragile agents.
+    """
+    judged = noise[noise["solved"]] if noise["solved"].any() else noise
+    per_bits = judged.groupby("bits").agg(
+        quantized=("quantized_broken", "mean"),
+        broken=("noise_broken", "sum"),
+        draws=("noise_draws", "sum"),
+        agents=("seed", "size"),
+    )
+    per_bits = per_bits.sort_index(ascending=False)
+    x = [str(b) for b in per_bits.index]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=per_bits["quantized"], name="quantized (weights-only)")
+    fig.add_bar(x=x, y=per_bits["broken"] / per_bits["draws"], name="noise of half a step (all draws)")
+    fig.update_layout(
+        barmode="group",
         template=TEMPLATE,
         xaxis_title="weight bits",
-        yaxis_title="normalised score",
-        title="Return against weight bit width (1 = fp32 agent, 0 = random policy)",
+        yaxis_title="share broken (return below fp32 - tolerance)",
+        yaxis_range=[0, 1],
+        title=f"Quantization against matched noise, {int(per_bits['agents'].max())} agent(s) per width",
     )
-    fig.add_hrect(y0=1 - tolerance, y1=1 + tolerance, fillcolor="green", opacity=0.1, line_width=0)
-    fig.add_hline(y=1, line_dash="dash", annotation_text="fp32")
-    fig.update_xaxes(autorange="reversed", dtick=2)
     return fig
 
 

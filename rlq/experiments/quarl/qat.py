@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from rlq.experiments.quarl.evaluation import evaluate_episodes, solved_threshold
 from rlq.experiments.quarl.runs import CALIBRATION_SEED_OFFSET, Progress, RunSpec
 from rlq.rl.evaluate import EVAL_SEED_OFFSET
 
@@ -34,8 +35,11 @@ def ptq_after_training(
 
     The agent trains (or resumes) in ``folder/fp32``; the evaluation plays ``eval_episodes`` episodes seeded
     ``seed +`` :data:`EVAL_SEED_OFFSET`, the calibration rollout is seeded ``seed +`` :data:`CALIBRATION_SEED_OFFSET`.
+    PTQ is the weights-only simulated rule at every width, 8 bits included (``sim8``): the rule QAT trains
+    with, so that QAT and PTQ are compared like with like (``int8``'s kernels would requantize on another grid).
     """
-    from rlq.sb3.quantized import collect_observations, evaluate_precisions
+    from rlq.experiments.quarl.ptq import weights_only
+    from rlq.sb3.quantized import collect_observations, quantized_policy
 
     fp32 = spec.train(
         Path(folder) / "fp32", seed=seed, n_envs_on_policy=n_envs_on_policy, checkpoint_every=checkpoint_every
@@ -43,16 +47,15 @@ def ptq_after_training(
     calibration = collect_observations(
         spec.env_id, calibration_steps, model=fp32.model, seed=seed + CALIBRATION_SEED_OFFSET
     )
-    table = evaluate_precisions(
-        fp32.model,
-        spec.env_id,
-        ["fp32", *[f"int{b}" for b in bits]],
-        eval_episodes,
-        seed + EVAL_SEED_OFFSET,
-        calibration_obs=calibration,
-        per_channel_linear=per_channel,
-        activations=activations,
-    )
+    rows = []
+    for b in [32, *bits]:
+        precision = "fp32" if b == 32 else weights_only(b)
+        policy = quantized_policy(
+            fp32.model, precision, calibration, per_channel_linear=per_channel, activations=activations
+        )
+        result = evaluate_episodes(policy, spec.env_id, eval_episodes, seed + EVAL_SEED_OFFSET)
+        rows.append(dict(precision=precision, bits=b, mean_return=result.mean, std_return=result.std))
+    table = pd.DataFrame(rows)
     return fp32, calibration, table
 
 
@@ -78,8 +81,8 @@ def qat_agent(
     It is evaluated with its weights at ``bits`` and the activation quantizers it trained; one loaded from a
     checkpoint has none and gets ones calibrated on ``calibration``, like PTQ.
     """
+    from rlq.experiments.quarl.ptq import weights_only
     from rlq.quant.activations import input_quantizers
-    from rlq.rl.evaluate import evaluate
     from rlq.sb3.qat import QATCallback
     from rlq.sb3.quantized import quantized_policy
 
@@ -100,13 +103,73 @@ def qat_agent(
     fresh_activations = activations and not input_quantizers(trained.model.policy)
     policy = quantized_policy(
         trained.model,
-        f"int{bits}",
+        weights_only(bits),
         calibration_obs=calibration,
         per_channel_linear=per_channel,
         activations=fresh_activations,
     )
-    result = evaluate(policy, spec.env_id, n_episodes=eval_episodes, seed=seed + EVAL_SEED_OFFSET)
+    result = evaluate_episodes(policy, spec.env_id, eval_episodes, seed + EVAL_SEED_OFFSET)
     return trained, result, callback.history[-1]["step"] if callback.history else None
+
+
+def qat_seed(
+    spec: RunSpec,
+    seed: int,
+    *,
+    bits: Sequence[int],
+    delay_fraction: float,
+    skip_first_last: bool,
+    calibration_steps: int,
+    folder: str | Path,
+    torch_threads: int = 1,
+    **shared: Any,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Return one run and seed's evaluations (fp32, PTQ and QAT per bit width) and learning curves.
+
+    :func:`ptq_after_training`, then :func:`qat_agent` per bit width, in ``folder``; ``shared`` holds their
+    common keyword arguments. One job of :func:`qat_vs_ptq` (picklable, for worker processes).
+    """
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    common = dict(algorithm=spec.algorithm, environment=spec.env_id, seed=seed)
+    fp32, calibration, table = ptq_after_training(
+        spec, seed, bits=bits, calibration_steps=calibration_steps, folder=folder, **shared
+    )
+    curves = [fp32.curve.assign(method="fp32", bits=32, **common)]
+    evaluations = [
+        dict(
+            **common,
+            method="fp32" if r.bits == 32 else "ptq",
+            bits=r.bits,
+            mean_return=r.mean_return,
+            std_return=r.std_return,
+        )
+        for r in table.itertuples()
+    ]
+    for b in bits:
+        qat, result, qat_from = qat_agent(
+            spec,
+            seed,
+            b,
+            delay_fraction=delay_fraction,
+            skip_first_last=skip_first_last,
+            calibration=calibration,
+            folder=folder,
+            **shared,
+        )
+        curves.append(qat.curve.assign(method="qat", bits=b, **common))
+        evaluations.append(
+            dict(
+                **common,
+                method="qat",
+                bits=b,
+                mean_return=result.mean,
+                std_return=result.std,
+                qat_from=qat_from,
+            )
+        )
+    return pd.DataFrame(evaluations), pd.concat(curves, ignore_index=True)
 
 
 def qat_vs_ptq(
@@ -123,65 +186,57 @@ def qat_vs_ptq(
     calibration_steps: int,
     checkpoint_every: int,
     out: str | Path,
+    workers: int = 1,
+    torch_threads: int = 1,
     progress: Progress = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return every evaluation (fp32, PTQ and QAT per run, seed and bit width) and every learning curve.
 
-    Per run and seed: :func:`ptq_after_training`, then :func:`qat_agent` per bit width, in
-    ``out/agents/<run>/seed<seed>/``; ``progress`` gets a line per bit width.
+    One :func:`qat_seed` job per run and seed, ``workers`` at a time (:func:`rlq.rl.parallel.run_jobs`), in
+    ``out/agents/<run>/seed<seed>/``; ``progress`` gets a line per finished job. The evaluations carry
+    ``run`` and ``solved`` (the fp32 agent reaches its environment's threshold, :func:`solved_threshold`).
     """
-    shared = dict(
-        eval_episodes=eval_episodes,
-        per_channel=per_channel,
-        activations=activations,
-        n_envs_on_policy=n_envs_on_policy,
-        checkpoint_every=checkpoint_every,
-    )
-    evaluations, curves = [], []
-    for spec in specs:
-        for seed in seeds:
-            folder = Path(out) / "agents" / spec.folder / f"seed{seed}"
-            common = dict(algorithm=spec.algorithm, environment=spec.env_id, seed=seed)
-            fp32, calibration, table = ptq_after_training(
-                spec, seed, bits=bits, calibration_steps=calibration_steps, folder=folder, **shared
-            )
-            curves.append(fp32.curve.assign(method="fp32", bits=32, **common))
-            for row in table.itertuples():
-                method = "fp32" if row.precision == "fp32" else "ptq"
-                evaluations.append(
-                    dict(
-                        **common,
-                        method=method,
-                        bits=row.bits,
-                        mean_return=row.mean_return,
-                        std_return=row.std_return,
-                    )
-                )
-            fp32_return = table.loc[table.precision == "fp32", "mean_return"].iloc[0]
-            for b in bits:
-                qat, result, qat_from = qat_agent(
-                    spec,
-                    seed,
-                    b,
-                    delay_fraction=delay_fraction,
-                    skip_first_last=skip_first_last,
-                    calibration=calibration,
-                    folder=folder,
-                    **shared,
-                )
-                curves.append(qat.curve.assign(method="qat", bits=b, **common))
-                evaluations.append(
-                    dict(**common, method="qat", bits=b, mean_return=result.mean, std_return=result.std)
-                )
-                if progress is not None:
-                    progress(
-                        f"{spec.name} seed {seed}, {b} bits: fp32 {fp32_return:.1f}, "
-                        f"PTQ {table.loc[table.bits == b, 'mean_return'].iloc[0]:.1f}, QAT {result.mean:.1f} "
-                        f"(QAT on from step {qat_from if qat_from is not None else '-'})"
-                    )
-    qat_table = pd.DataFrame(evaluations)
+    from rlq.rl.parallel import run_jobs
+
+    pairs = [(spec, seed) for spec in specs for seed in seeds]
+    jobs = [
+        dict(
+            spec=spec,
+            seed=seed,
+            bits=list(bits),
+            delay_fraction=delay_fraction,
+            skip_first_last=skip_first_last,
+            calibration_steps=calibration_steps,
+            folder=Path(out) / "agents" / spec.folder / f"seed{seed}",
+            torch_threads=torch_threads,
+            eval_episodes=eval_episodes,
+            per_channel=per_channel,
+            activations=activations,
+            n_envs_on_policy=n_envs_on_policy,
+            checkpoint_every=checkpoint_every,
+        )
+        for spec, seed in pairs
+    ]
+
+    def report(index: int, result: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+        if progress is not None:
+            (spec, seed), table = pairs[index], result[0]
+            cells = [
+                f"{m} {b}: {r:.1f}"
+                for m, b, r in zip(table.method, table.bits, table.mean_return, strict=True)
+            ]
+            progress(f"{spec.name} seed {seed}: " + ", ".join(cells))
+
+    results = run_jobs(qat_seed, jobs, workers=workers, on_result=report)
+    qat_table = pd.concat([r[0] for r in results], ignore_index=True)
     qat_table["run"] = qat_table["algorithm"] + " " + qat_table["environment"]
-    return qat_table, pd.concat(curves, ignore_index=True)
+    fp32 = qat_table[qat_table.method == "fp32"].set_index(["run", "seed"])["mean_return"]
+    thresholds = {env: solved_threshold(env)[0] for env in qat_table["environment"].unique()}
+    qat_table["solved"] = [
+        thresholds[env] is not None and fp32[(run, seed)] >= thresholds[env]
+        for run, seed, env in zip(qat_table.run, qat_table.seed, qat_table.environment, strict=True)
+    ]
+    return qat_table, pd.concat([r[1] for r in results], ignore_index=True)
 
 
 def qat_summary(qat_table: pd.DataFrame) -> pd.DataFrame:
@@ -215,4 +270,27 @@ def qat_numbers(wide: pd.DataFrame, summary: pd.DataFrame) -> dict[str, Any]:
         },
         "fp32_return": {run: float(v) for run, v in fp32_of.items()},
         "mean_qat_minus_ptq": float(wide["qat_minus_ptq"].mean()),
+    }
+
+
+def qat_estimates(qat_table: pd.DataFrame, reps: int = 2000) -> dict[str, dict[str, Any]]:
+    """Return per bit width the IQM over seeds and runs, with its 95% interval, of QAT's return minus PTQ's in % of fp32.
+
+    Named ``qat_minus_ptq_reward_pct_<bits>bits`` (unit: % of the fp32 return; positive: QAT keeps more):
+    every agent, solved in fp32 or not, since QAT and PTQ start from the same seed either way.
+    """
+    from rlq.experiments.quarl.ptq import seed_task_matrix
+    from rlq.experiments.stats import estimate
+
+    wide = qat_table.pivot_table(index=["run", "seed", "bits"], columns="method", values="mean_return")
+    fp32 = qat_table[qat_table.method == "fp32"].set_index(["run", "seed"])["mean_return"]
+    wide = wide.reset_index().query("bits != 32")
+    wide = wide.assign(fp32=[fp32[(r, s)] for r, s in zip(wide.run, wide.seed, strict=True)])
+    wide = wide[wide["fp32"] != 0]
+    wide["gap_pct"] = 100 * (wide["qat"] - wide["ptq"]) / wide["fp32"].abs()
+    return {
+        f"qat_minus_ptq_reward_pct_{int(b)}bits": estimate(seed_task_matrix(g, "gap_pct"), reps=reps).as_dict(
+            "%"
+        )
+        for b, g in wide.groupby("bits")
     }

@@ -1,4 +1,4 @@
-"""QuaRL runs: a notebook's ``runs`` entries (:class:`RunSpec`), the seeds they share, and their fp32 agents."""
+"""QuaRL runs: a notebook's ``runs`` entries (:class:`RunSpec`), with rl-zoo3's settings when asked, and the seeds they share."""
 
 from __future__ import annotations
 
@@ -24,23 +24,54 @@ CALIBRATION_SEED_OFFSET``: apart from the training and the evaluation episodes (
 # Runs
 
 
+ZOO = "zoo"
+"""In a run entry, ``"zoo"`` in place of the steps asks for rl-zoo3's budget and tuned settings
+(:func:`rlq.rl.zoo.zoo_hyperparams`); as the 4th item after explicit steps, for the settings alone."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
-    """One entry of a QuaRL notebook's ``runs``: ``[algorithm, environment, training steps]`` and optional hyperparameters."""
+    """One entry of a QuaRL notebook's ``runs``: algorithm, environment, training steps and hyperparameters.
+
+    Entries: ``[algorithm, env_id, steps]`` (rlq's defaults, :data:`rlq.rl.agents.TUNED_HYPERPARAMS`),
+    ``[algorithm, env_id, steps, {overrides}]``, ``[algorithm, env_id, "zoo"]`` (rl-zoo3's budget, number of
+    environments, policy and hyperparameters, read from the installed ``rl_zoo3``), ``[algorithm, env_id,
+    "zoo", {overrides}]`` and ``[algorithm, env_id, steps, "zoo"]`` (the zoo's settings at another budget).
+    """
 
     algorithm: str
     env_id: str
     steps: int
     hyperparams: dict[str, Any] = field(default_factory=dict)
+    zoo_n_envs: int | None = None
+    """The zoo's number of training environments (None: ``n_envs_on_policy`` for A2C and PPO, else 1)."""
+    policy: str | None = None
+    """The SB3 policy name (None: ``CnnPolicy`` for Atari, else ``MlpPolicy``)."""
+    zoo: bool = False
+    """Whether the settings come from rl-zoo3."""
 
     @classmethod
     def parse(cls, spec: Sequence[Any]) -> RunSpec:
-        """Return the run ``[algorithm, environment, steps]`` or ``[algorithm, environment, steps, hyperparams]``."""
-        if len(spec) not in (3, 4):
+        """Return the run of a notebook entry (see the class docstring for the forms it takes)."""
+        if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
             raise ValueError(
-                f"a run is [algorithm, environment, steps] and optionally hyperparameters, got {spec!r}"
+                'a run is [algorithm, environment, steps or "zoo"] and optionally hyperparameters '
+                f'(a dict, or "zoo" after explicit steps), got {spec!r}'
             )
-        return cls(str(spec[0]), str(spec[1]), int(spec[2]), dict(spec[3]) if len(spec) == 4 else {})
+        algorithm, env_id, steps = str(spec[0]), str(spec[1]), spec[2]
+        extra = spec[3] if len(spec) == 4 else {}
+        if steps != ZOO and extra != ZOO:
+            if not isinstance(extra, dict):
+                raise ValueError(f'a run\'s 4th item is a dict of hyperparameters or "zoo", got {extra!r}')
+            return cls(algorithm, env_id, int(steps), dict(extra))
+        if steps == ZOO and not isinstance(extra, dict):
+            raise ValueError(f'after "zoo" steps a run takes a dict of overrides, got {extra!r}')
+        from rlq.rl.zoo import zoo_hyperparams
+
+        zoo = zoo_hyperparams(algorithm, env_id)
+        hyperparams = {**zoo.hyperparams, **(extra if isinstance(extra, dict) else {})}
+        budget = zoo.n_timesteps if steps == ZOO else int(steps)
+        return cls(zoo.algorithm, env_id, budget, hyperparams, zoo.n_envs, zoo.policy, True)
 
     @property
     def name(self) -> str:
@@ -53,7 +84,9 @@ class RunSpec:
         return f"{self.algorithm}_{self.env_id.replace('/', '_')}"
 
     def n_envs(self, n_envs_on_policy: int) -> int:
-        """Return how many environments the run trains with: ``n_envs_on_policy`` for A2C and PPO, else 1."""
+        """Return the run's number of training environments: the zoo's, else ``n_envs_on_policy`` (A2C, PPO) or 1."""
+        if self.zoo_n_envs is not None:
+            return self.zoo_n_envs
         return n_envs_on_policy if self.algorithm in ON_POLICY else 1
 
     def train(
@@ -78,44 +111,10 @@ class RunSpec:
             run_dir=folder,
             checkpoint_every=checkpoint_every,
             callback=callback,
+            policy=self.policy,
         )
 
 
 def parse_runs(runs: Sequence[Sequence[Any]]) -> list[RunSpec]:
     """Return a notebook's ``runs`` parameter as :class:`RunSpec` objects."""
     return [RunSpec.parse(spec) for spec in runs]
-
-
-@dataclass
-class AgentRun:
-    """An fp32 agent trained for one :class:`RunSpec`, in its folder."""
-
-    spec: RunSpec
-    folder: Path
-    trained: TrainedAgent
-
-
-def train_fp32_agents(
-    specs: Sequence[RunSpec],
-    *,
-    seed: int,
-    n_envs_on_policy: int,
-    out: str | Path,
-    checkpoint_every: int = 0,
-    progress: Progress = None,
-) -> dict[str, AgentRun]:
-    """Return one fp32 agent per run (by :attr:`RunSpec.name`), each trained in ``out/agents/<run>/`` and resumable there."""
-
-    agents = {}
-    for spec in specs:
-        folder = Path(out) / "agents" / spec.folder
-        trained = spec.train(
-            folder, seed=seed, n_envs_on_policy=n_envs_on_policy, checkpoint_every=checkpoint_every
-        )
-        agents[spec.name] = AgentRun(spec, folder, trained)
-        if progress is not None:
-            resumed = f" (resumed from {trained.resumed_from})" if trained.resumed_from else ""
-            progress(
-                f"{spec.name}: {trained.model.num_timesteps} steps in {trained.wall_time_s:.0f} s{resumed}"
-            )
-    return agents
