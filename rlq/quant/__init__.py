@@ -11,9 +11,12 @@ Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3`
 - :func:`export_onnx`, :class:`OnnxPolicy`: fp32 / int8 ONNX models run with ONNX Runtime.
 - :func:`measure_latency`, :func:`compare_backends`, :func:`fastest_backend`: choosing by measurement.
 - :func:`model_size_bytes`, :func:`relative_change`, :func:`pack_state_dict`: sizes for reporting and sending.
+- :func:`bits_per_weight`, :func:`size_report`: weight storage in bits as an export stores it (values at
+  their width, sparse indices, scales), per layer and overall.
 """
 
 from rlq.quant.activations import ActivationQuantizer
+from rlq.quant.bits import bits_per_weight, size_report
 from rlq.quant.latency import BACKENDS, compare_backends, fastest_backend, measure_latency
 from rlq.quant.layers import quantizable_layers
 from rlq.quant.noise import perturb_weights, quantization_step
@@ -31,6 +34,7 @@ __all__ = [
     "OnnxPolicy",
     "Precision",
     "WeightFakeQuant",
+    "bits_per_weight",
     "compare_backends",
     "convert_qat_",
     "export_onnx",
@@ -48,5 +52,6 @@ __all__ = [
     "quantize_tensor",
     "relative_change",
     "set_qat_enabled",
+    "size_report",
     "unpack_state_dict",
 ]

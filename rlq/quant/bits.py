@@ -1,0 +1,280 @@
+"""Bits per weight, counted as a real export stores the weights: values, sparse indices, scales.
+
+:func:`bits_per_weight` is the storage of every ``nn.Linear`` / ``nn.Conv*`` weight of a module (biases
+excluded), in bits, over the module's dense weight count; :func:`size_report` gives the same count per layer.
+A dense fp32 network is exactly 32.0; a dense int8 one is 8 plus its scales.
+
+What each layer stores (the rule; structure is read from the module itself, as ``torch`` keeps it):
+
+- **Stored values.** The tensor a layer keeps is its weight, or, when the weight is parametrized
+  (``torch.nn.utils.parametrize``), the parametrization's ``original``: the B-vectors of a
+  block-circulant layer (``rlq.compress``), ``out * in / B`` values, or the latent weight beneath QAT's
+  fake quantization. A ``torch.nn.utils.prune`` mask on that tensor (``<name>_mask``) keeps only its
+  non-zero entries; zeros that no mask enforces are stored like any value (as ``rlq.compress.measures``
+  counts them).
+- **Value width.** In this order: an explicit ``bits`` override (see below); the bit width of QAT's
+  :class:`rlq.quant.WeightFakeQuant` on the weight; 8 for a ``torch.ao`` quantized layer (``ptq(...,
+  "int8")``); else the width of the weight's float dtype (32 for fp32, 16 for fp16 / bf16). A copy made by
+  ``ptq(..., "int4")`` holds float values with at most 16 levels and reads as 32 bits unless told.
+- **Scales.** An integer layer stores one 32-bit scale per tensor, or per output channel; a
+  block-circulant layer quantized per output channel stores one per block row (``out / B``), since the
+  ``B`` rows of a block row hold the same values and so share their scale. Zero points (32 bits each) are
+  counted only where they are not all zero (asymmetric quantization); rlq's weight quantization is
+  symmetric. Float layers store no scale.
+- **Sparse index.** A masked tensor of ``n`` positions with ``k`` kept entries stores, whichever is
+  cheaper (a tie goes to the bitmask): a **bitmask** of ``n`` bits, or **relative indices**: each kept
+  entry's distance to the previous kept one (row-major order over the stored tensor; the first counted
+  from position -1), every distance ``d >= 1`` stored as ``d - 1`` in ``w = max(1, ceil(log2(max d)))``
+  bits, one width per layer just wide enough for its largest gap (so no padding entries), ``k * w`` bits.
+  A layer with nothing kept stores no index.
+
+Per-layer headers (shapes, the index width, the chosen format) are not counted: a few bytes per layer,
+the "small header" of a packed file.
+
+``bits`` override: an int (integer codes of that many bits, 2..16, with scales), or a precision name
+(``"fp32"``, ``"fp16"``, ``"bf16"``, ``"int4"``, ``"sim8"``, ``"int8"``: :func:`rlq.quant.parse_precision`),
+for every layer, or a mapping from layer names (as ``named_modules`` gives them) to such values for some
+layers. Overridden integer layers get scales per output channel for convolutions and per tensor for
+``nn.Linear`` (what :func:`rlq.quant.ptq` does) unless ``per_channel`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
+
+from rlq.quant.layers import is_quantizable, output_channel_axis
+from rlq.quant.qat import WeightFakeQuant
+from rlq.quant.tensor import MAX_BITS, MIN_BITS, Precision, parse_precision
+
+SCALE_BITS = 32
+"""Bits of one stored scale or zero point (float32 / int32)."""
+
+BitsSpec = int | str | Precision
+"""One layer's override: integer code bits, or a precision name such as ``"int4"`` or ``"fp16"``."""
+
+
+@dataclass(frozen=True)
+class LayerStorage:
+    """The storage of one layer's weight under the module docstring's rule (one row of :func:`size_report`)."""
+
+    name: str
+    """Qualified layer name."""
+    kind: str
+    """``"dense"``, ``"block_circulant"``, ``"pruned"`` or ``"block_circulant+pruned"``."""
+    block_size: int | None
+    """B of a block-circulant layer, else None."""
+    dense: int
+    """Dense weight count (what the layer would hold uncompressed)."""
+    stored: int
+    """Values stored (kept B-vector entries or kept weights)."""
+    value_bits: int
+    """Bits per stored value."""
+    integer: bool
+    """Whether values are integer codes (which need scales) rather than floats."""
+    index_format: str | None
+    """``"bitmask"``, ``"relative"`` or None (no mask)."""
+    index_width: int | None
+    """``w`` of the relative indices (also given when the bitmask was cheaper), else None."""
+    index_bits: int
+    """Bits of the sparse index."""
+    scales: int
+    """Scales (and zero points) stored."""
+    scale_bits: int
+    """Bits of the scales and zero points."""
+    total_bits: int
+    """``stored * value_bits + index_bits + scale_bits``."""
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Return ``total_bits / dense``."""
+        return self.total_bits / self.dense
+
+
+def relative_index_width(mask: Tensor) -> int:
+    """Return ``w``, the width of the relative indices of the kept entries of ``mask`` (0 if none is kept)."""
+    positions = torch.nonzero(mask.detach().reshape(-1)).reshape(-1)
+    if positions.numel() == 0:
+        return 0
+    gaps = torch.diff(positions, prepend=positions.new_tensor([-1]))
+    return max(1, math.ceil(math.log2(int(gaps.max()))))
+
+
+def index_bits(mask: Tensor) -> tuple[str, int, int]:
+    """Return ``(format, relative index width, bits)`` of the cheaper sparse index of ``mask``."""
+    kept = int(mask.count_nonzero())
+    width = relative_index_width(mask)
+    bitmask, relative = mask.numel(), kept * width
+    if kept == 0:
+        return "relative", 0, 0
+    return ("bitmask", width, bitmask) if bitmask <= relative else ("relative", width, relative)
+
+
+def _stored(layer: nn.Module) -> tuple[Tensor, Tensor | None, bool]:
+    """Return the layer's stored values, their mask (or None) and whether the weight is parametrized."""
+    if parametrize.is_parametrized(layer, "weight"):
+        owner, name = layer.parametrizations["weight"], "original"
+    else:
+        owner, name = layer, "weight"
+    mask = owner._buffers.get(f"{name}_mask")
+    values = owner._parameters.get(f"{name}_orig")
+    return (getattr(owner, name) if values is None else values), mask, owner is not layer
+
+
+def _torch_quantized_types() -> tuple[type[nn.Module], ...]:
+    import torch.ao.nn.quantized as nnq
+    from torch.ao.nn.quantized.modules.conv import _ConvNd as QuantizedConv
+
+    return (nnq.Linear, QuantizedConv)
+
+
+def weight_layers(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Return ``(name, layer)`` of every Linear / convolution of ``module``, ``torch.ao`` quantized ones included."""
+    quantized = _torch_quantized_types()
+    return [(n, m) for n, m in module.named_modules() if is_quantizable(m) or isinstance(m, quantized)]
+
+
+def _scale_count(layer: nn.Module, stored: Tensor, circulant: bool, axis: int | None) -> int:
+    if axis is None:
+        return 1
+    if circulant:  # a per-output-channel scale is one per block row of the B-vectors
+        return stored.shape[0]
+    return stored.shape[axis]
+
+
+def _override_for(name: str, bits: BitsSpec | Mapping[str, BitsSpec] | None) -> Precision | None:
+    spec = bits.get(name) if isinstance(bits, Mapping) else bits
+    if spec is None:
+        return None
+    if isinstance(spec, bool) or not isinstance(spec, (int, str, Precision)):
+        raise TypeError(f"bits for layer {name!r} must be an int or a precision name, got {spec!r}")
+    if isinstance(spec, int):
+        if not MIN_BITS <= spec <= MAX_BITS:
+            raise ValueError(f"bits for layer {name!r} must be in [{MIN_BITS}, {MAX_BITS}], got {spec}")
+        return Precision(f"int{spec}", spec, False)
+    return parse_precision(spec)
+
+
+def _format(
+    name: str,
+    layer: nn.Module,
+    stored: Tensor,
+    circulant: bool,
+    override: Precision | None,
+    per_channel: bool | None,
+) -> tuple[int, bool, int]:
+    """Return ``(value bits, integer codes?, scales and zero points)`` of one layer."""
+    if override is not None:
+        if override.is_float:
+            return override.bits, False, 0
+        channel = per_channel if per_channel is not None else not isinstance(layer, nn.Linear)
+        axis = output_channel_axis(layer) if channel else None
+        return override.bits, True, _scale_count(layer, stored, circulant, axis)
+    if isinstance(layer, _torch_quantized_types()):
+        weight = layer.weight()
+        if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+            scales, nonzero_zero_points = 1, int(weight.q_zero_point() != 0)
+        else:
+            scales = weight.q_per_channel_scales().numel()
+            nonzero_zero_points = int(weight.q_per_channel_zero_points().count_nonzero())
+        return weight.element_size() * 8, True, scales * (2 if nonzero_zero_points else 1)
+    quantizers = []
+    if parametrize.is_parametrized(layer, "weight"):
+        quantizers = [p for p in layer.parametrizations["weight"] if isinstance(p, WeightFakeQuant)]
+    if quantizers:
+        quantizer = quantizers[-1]
+        return quantizer.bits, True, _scale_count(layer, stored, circulant, quantizer.axis)
+    if not stored.is_floating_point():
+        raise TypeError(f"layer {name!r} stores {stored.dtype} values; give its width with bits=")
+    return torch.finfo(stored.dtype).bits, False, 0
+
+
+def layer_storage(
+    name: str, layer: nn.Module, bits: BitsSpec | None = None, per_channel: bool | None = None
+) -> LayerStorage:
+    """Return what one Linear / convolution layer stores, under the module docstring's rule."""
+    if isinstance(layer, _torch_quantized_types()):
+        stored, mask, parametrized = layer.weight(), None, False
+        dense = stored.numel()
+    else:
+        stored, mask, parametrized = _stored(layer)
+        dense = math.prod(layer.weight.shape)
+    circulant = parametrized and stored.dim() == layer.weight.dim() + 1
+    value_bits, integer, scales = _format(
+        name, layer, stored, circulant, _override_for(name, bits), per_channel
+    )
+    kept = stored.numel() if mask is None else int(mask.count_nonzero())
+    index_format, width, idx_bits = (None, None, 0) if mask is None else index_bits(mask)
+    kinds = (["block_circulant"] if circulant else []) + (["pruned"] if mask is not None else [])
+    kind = "+".join(kinds) or "dense"
+    scale_bits = scales * SCALE_BITS
+    return LayerStorage(
+        name=name,
+        kind=kind,
+        block_size=int(stored.shape[2]) if circulant else None,
+        dense=int(dense),
+        stored=kept,
+        value_bits=int(value_bits),
+        integer=integer,
+        index_format=index_format,
+        index_width=width,
+        index_bits=idx_bits,
+        scales=scales,
+        scale_bits=scale_bits,
+        total_bits=kept * int(value_bits) + idx_bits + scale_bits,
+    )
+
+
+def size_report(
+    module: nn.Module, bits: BitsSpec | Mapping[str, BitsSpec] | None = None, per_channel: bool | None = None
+) -> list[dict[str, Any]]:
+    """Return one row per Linear / convolution weight: its storage fields and ``bits_per_weight``.
+
+    ``pandas.DataFrame(size_report(m))`` makes the table. ``bits`` and ``per_channel``: see the module
+    docstring. A layer reachable under several names is counted once.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+    if isinstance(bits, Mapping):
+        known = {name for name, _ in weight_layers(module)}
+        unknown = sorted(set(bits) - known)
+        if unknown:
+            raise ValueError(f"bits names layers the module does not have: {unknown}")
+    rows = []
+    with torch.no_grad():
+        for name, layer in weight_layers(module):
+            storage = layer_storage(name, layer, _layer_spec(name, bits), per_channel)
+            rows.append({**asdict(storage), "bits_per_weight": storage.bits_per_weight})
+    return rows
+
+
+def _layer_spec(name: str, bits: BitsSpec | Mapping[str, BitsSpec] | None) -> BitsSpec | None:
+    return bits.get(name) if isinstance(bits, Mapping) else bits
+
+
+def bits_per_weight(
+    module: nn.Module, bits: BitsSpec | Mapping[str, BitsSpec] | None = None, per_channel: bool | None = None
+) -> float:
+    """Return the stored bits of all Linear / convolution weights over their dense count (see the module doc)."""
+    rows = size_report(module, bits, per_channel)
+    if not rows:
+        raise ValueError(f"{type(module).__name__} has no Linear or convolution layer to measure")
+    return sum(r["total_bits"] for r in rows) / sum(r["dense"] for r in rows)
+
+
+__all__ = [
+    "SCALE_BITS",
+    "LayerStorage",
+    "bits_per_weight",
+    "index_bits",
+    "layer_storage",
+    "relative_index_width",
+    "size_report",
+    "weight_layers",
+]
