@@ -95,9 +95,11 @@ def block_size_of(layer: nn.Module) -> int | None:
 def stored_target(layer: nn.Module) -> tuple[nn.Module, str]:
     """Return ``(module, name)`` of the tensor that holds a layer's stored values (and its pruning mask).
 
-    For a block-circulant layer it is the parametrization's ``original`` (the B-vectors), else ``weight``.
+    For a layer whose weight is parametrized it is the parametrization's ``original``: the B-vectors of a
+    block-circulant layer, or the latent weight beneath QAT's fake quantization (``rlq.sb3`` stacks QAT on
+    top of the compression, so the mask sits on the values QAT quantizes); else ``weight``.
     """
-    if is_block_circulant(layer):
+    if parametrize.is_parametrized(layer, "weight"):
         return layer.parametrizations.weight, "original"
     return layer, "weight"
 

@@ -86,6 +86,7 @@ from rlq.sb3.networks import (
     policy_layers,
     refresh_optimizers,
 )
+from rlq.sb3.qat import fake_quant_lifted
 
 HISTORY_COLUMNS = [
     "step",
@@ -220,11 +221,16 @@ class CompressionCallback(BaseCallback):
 
     @contextmanager
     def _changing_structure(self) -> Iterator[None]:
-        """Change the compression inside: a rollout's parametrization cache is dropped, then reopened."""
+        """Change the compression inside: a rollout's parametrization cache is dropped, then reopened.
+
+        QAT's weight quantizers, if a :class:`rlq.sb3.qat.QATCallback` trains alongside, are lifted off
+        during the change and stacked back on top of the new structure (:func:`rlq.sb3.qat.fake_quant_lifted`).
+        """
         was_open = self._rollout_cache is not None
         self.close_rollout_cache()
         try:
-            yield
+            with fake_quant_lifted(self.model.policy):  # QAT (if any) returns on top of the new structure
+                yield
         finally:
             if was_open:
                 self._rollout_cache = parametrize.cached()

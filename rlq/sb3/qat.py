@@ -27,6 +27,30 @@ Saving and loading:
 - :func:`save_qat` / :func:`load_qat` keep the quantization state itself (bits, axes, whether enabled,
   activation ranges) inside the zip (as ``rlq_qat.json``), so a model loads back exactly as it was saved,
   parametrized or converted with activation quantizers.
+
+Training together with compression. ``model.learn(n, callback=[QATCallback(...), GSTCallback(...)])`` (or
+with :class:`rlq.sb3.pruning.GradualPruningCallback`, in either order) trains a policy that is sparse and
+low-bit at once; QAT quantizes what the compression stores:
+
+- **Stacking.** The weight quantizer is always the *last* parametrization of a weight. On a
+  block-circulant layer it sits on top of :class:`rlq.compress.BlockCirculantWeight`: a per-output-channel
+  scale of the dense expansion is a per-block-row scale of the B-vectors (the ``B`` rows of a block row
+  hold the same values), so the dense weight stays exactly block-circulant and QAT quantizes the stored
+  B-vectors. On a pruned layer the mask moves onto the parametrization's ``original`` beneath the
+  quantizer (:func:`stack_fake_quant_`; :func:`rlq.compress.block_circulant.stored_target` finds it
+  there), so QAT quantizes the kept values and pruned entries stay exactly 0 (symmetric quantization
+  maps 0 to 0).
+- **Structural changes.** Every action of a compression callback (block-circulant on, a block-size
+  transition, the hand-over to pruned dense weights, a pruning update) runs inside
+  :func:`fake_quant_lifted`: the quantizers are lifted off, the compression acts on the latent float
+  model exactly as it does without QAT, and the same quantizer objects go back on top of the new
+  structure. Weight quantizers hold no state (the scale follows the current weights), activation ranges
+  are per tensor and so unchanged by the exact transition's reordering of hidden units; Parameter objects
+  keep their identity throughout, so the optimizers, whose state GST resets at structural changes as
+  without QAT, keep training them.
+- **Conversion.** :func:`convert_policy_qat_` bakes the quantization into the stored values and keeps
+  the compression: a block-circulant layer keeps its (quantized) B-vectors, a pruned layer its mask, and
+  the converted policy computes bit for bit what the fake-quantized one did.
 """
 
 from __future__ import annotations
@@ -36,6 +60,8 @@ import logging
 import math
 import os
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +70,21 @@ import torch.nn as nn
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.nn.utils import parametrize
 
+from rlq.compress import set_forward_path_
+from rlq.compress.block_circulant import is_block_circulant, stored_target
+from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, refresh_masked_, stored_tensor
+from rlq.core.parametrizations import remove_parametrizations_
 from rlq.core.validation import check_non_negative_int
-from rlq.quant import WeightFakeQuant, convert_qat_, is_qat, prepare_qat_, set_qat_enabled
-from rlq.quant.activations import INPUT_QUANTIZER, ActivationQuantizer, attach_input_quantizers
+from rlq.quant import WeightFakeQuant, is_qat, set_qat_enabled
+from rlq.quant.activations import (
+    INPUT_QUANTIZER,
+    ActivationQuantizer,
+    attach_input_quantizers,
+    input_quantizers,
+)
 from rlq.quant.layers import output_channel_axis
-from rlq.quant.tensor import check_bits
+from rlq.quant.qat import weight_quantizers
+from rlq.quant.tensor import check_bits, quantize_tensor
 from rlq.sb3.checkpoint import zip_path
 from rlq.sb3.networks import named_layers, refresh_optimizers
 
@@ -115,6 +151,75 @@ def qat_layers(policy: nn.Module, skip_first_last: bool = False) -> dict[str, nn
     return named_layers(policy, skip_first_last=skip_first_last)
 
 
+def _fake_quant_on_top(layer: nn.Module) -> list[WeightFakeQuant]:
+    """Return the QAT quantizers of ``layer.weight``, checked to sit above every other parametrization."""
+    if not parametrize.is_parametrized(layer, "weight"):
+        return []
+    stack = list(layer.parametrizations["weight"])
+    quantizers = [p for p in stack if isinstance(p, WeightFakeQuant)]
+    if quantizers and not all(isinstance(p, WeightFakeQuant) for p in stack[len(stack) - len(quantizers) :]):
+        raise ValueError("QAT's fake quantization must be the last parametrization of the weight")
+    return quantizers
+
+
+def lift_fake_quant_(layer: nn.Module) -> list[WeightFakeQuant]:
+    """Return the QAT quantizers taken off ``layer.weight`` in place; its compression and values stay as stored.
+
+    The stored Parameter (dense weight or B-vectors) keeps its identity; a mask that sat beneath QAT on the
+    parametrization's ``original`` moves back onto the layer's own ``weight`` (``torch.nn.utils.prune``).
+    """
+    quantizers = _fake_quant_on_top(layer)
+    if not quantizers:
+        return []
+    plist = layer.parametrizations["weight"]
+    if len(quantizers) == len(plist):  # QAT alone: the weight becomes the plain (maybe pruned) Parameter
+        mask = bake_mask_(plist, "original")
+        remove_parametrizations_(layer, "weight", leave_parametrized=False)
+        if mask is not None:
+            prune_with_mask_(layer, "weight", mask)
+    else:  # block-circulant below: only the top of the stack goes
+        for _ in quantizers:
+            del plist[len(plist) - 1]
+    return quantizers
+
+
+def stack_fake_quant_(layer: nn.Module, quantizers: list[WeightFakeQuant]) -> None:
+    """Put QAT ``quantizers`` on top of ``layer.weight``'s compression in place (see the module docstring).
+
+    A pruned dense weight's mask moves onto the parametrization's ``original``, beneath the quantizers, so
+    QAT quantizes the unpruned values and the zeros stay exact (symmetric quantization maps 0 to 0). A
+    block-circulant layer keeps the dense forward path, the only one that sees the quantized weight.
+    """
+    if not quantizers:
+        return
+    mask = None
+    if not parametrize.is_parametrized(layer, "weight"):
+        mask = bake_mask_(layer, "weight")
+    elif is_block_circulant(layer):
+        set_forward_path_(layer, "dense")
+    for quantizer in quantizers:
+        parametrize.register_parametrization(layer, "weight", quantizer)
+    if mask is not None:
+        prune_with_mask_(layer.parametrizations["weight"], "original", mask)
+
+
+@contextmanager
+def fake_quant_lifted(policy: nn.Module) -> Iterator[int]:
+    """Lift every QAT weight quantizer off ``policy`` inside the block and stack it back after; yield their count.
+
+    The compression callbacks change structure inside it (:meth:`rlq.sb3.compression.CompressionCallback.\
+    _changing_structure`), so block-circulant layers, transitions, the hand-over and pruning act on the
+    float (latent) model exactly as without QAT, and the same quantizer objects return on top afterwards.
+    """
+    lifted = [(layer, lift_fake_quant_(layer)) for layer in list(policy.modules())]
+    lifted = [(layer, quantizers) for layer, quantizers in lifted if quantizers]
+    try:
+        yield len(lifted)
+    finally:
+        for layer, quantizers in lifted:
+            stack_fake_quant_(layer, quantizers)
+
+
 def prepare_policy_qat_(
     policy: nn.Module,
     bits: int,
@@ -125,9 +230,10 @@ def prepare_policy_qat_(
     """Return the names of the layers of an SB3 policy prepared (in place) for QAT, enabled.
 
     Online and target networks get identical quantizers, so SB3's polyak updates (which zip the two
-    networks' ``parameters()``) keep pairing the same tensors. Optimizer states are refreshed
-    (:func:`rlq.sb3.networks.refresh_optimizers`); the Parameter objects stay the same, so the optimizers
-    keep training them.
+    networks' ``parameters()``) keep pairing the same tensors. A compressed layer (block-circulant or
+    pruned) gets the quantizer on top of its compression (:func:`stack_fake_quant_`). Optimizer states are
+    refreshed (:func:`rlq.sb3.networks.refresh_optimizers`); the Parameter objects stay the same, so the
+    optimizers keep training them.
     """
     check_bits(bits)
     if is_qat(policy):
@@ -135,16 +241,51 @@ def prepare_policy_qat_(
     layers = qat_layers(policy, skip_first_last)
     if not layers:
         raise ValueError(f"{type(policy).__name__} has no layer to quantize")
-    for layer in layers.values():
-        prepare_qat_(layer, bits, activations=activations, per_channel=per_channel)
+    for name, layer in layers.items():
+        axis = output_channel_axis(layer) if per_channel else None
+        stack_fake_quant_(layer, [WeightFakeQuant(bits, axis, layer_name=name)])
+        if activations:
+            attach_input_quantizers(layer, bits, momentum=0.01)
         _install_state_dict_hooks(layer)
     refresh_optimizers(policy)
     return list(layers)
 
 
+def _bake_quantized_values_(layer: nn.Module, quantizers: list[WeightFakeQuant]) -> None:
+    """Replace the stored values of a layer just lifted off ``quantizers`` by their quantized values, in place.
+
+    A block-circulant weight's rows of one block row hold the same B-vector values, so a per-output-channel
+    scale of the dense weight is a per-block-row scale of the B-vectors (their axis 0): quantizing the
+    vectors gives exactly the weight QAT computed, bit for bit.
+    """
+    target, name = stored_target(layer)
+    stored, mask = stored_tensor(target, name), mask_of(target, name)
+    values = stored.detach() if mask is None else stored.detach() * mask
+    for quantizer in quantizers:
+        axis = quantizer.axis
+        if is_block_circulant(layer) and axis not in (None, 0):
+            raise ValueError(f"a block-circulant weight quantized along axis {axis} has no per-vector scale")
+        values = quantize_tensor(values, quantizer.bits, axis, symmetric=True)
+    with torch.no_grad():
+        stored.copy_(values)
+    refresh_masked_(target)
+
+
 def convert_policy_qat_(policy: nn.Module) -> nn.Module:
-    """Return the policy with its quantized weights baked into plain parameters (see :func:`rlq.quant.convert_qat_`)."""
-    convert_qat_(policy)
+    """Return the policy with its quantized weights baked into its stored values, compression kept.
+
+    Like :func:`rlq.quant.convert_qat_` (each weight then takes at most ``2^bits`` values per output
+    channel or tensor, activation quantizers frozen), but a compressed layer stays compressed: a
+    block-circulant layer keeps its (quantized) B-vectors, a pruned layer its mask. The converted policy
+    computes exactly what the fake-quantized one computed.
+    """
+    layers = [layer for layer in policy.modules() if _fake_quant_on_top(layer)]
+    if not layers:
+        raise ValueError("module has no QAT quantizer to convert: call prepare_qat_ first")
+    for layer in layers:
+        _bake_quantized_values_(layer, lift_fake_quant_(layer))
+    for quantizer in input_quantizers(policy):
+        quantizer.enabled, quantizer.observing = True, False
     refresh_optimizers(policy)
     return policy
 
@@ -207,8 +348,8 @@ class QATCallback(BaseCallback):
     def _on_training_start(self) -> None:
         policy = self.model.policy
         if is_qat(policy):  # continued training, or a model from load_qat
-            layers = {name: m for name, m in policy.named_modules() if _pure_qat(m)}
-            found = {q.bits for m in layers.values() for q in m.parametrizations["weight"]}
+            layers = {name: m for name, m in policy.named_modules() if _fake_quant_on_top(m)}
+            found = {q.bits for q in weight_quantizers(policy)}
             if found != {self.bits}:
                 raise ValueError(
                     f"the policy is already prepared for QAT at {sorted(found)} bits, not {self.bits}; "
@@ -339,9 +480,12 @@ __all__ = [
     "apply_qat_state_",
     "convert_policy_qat_",
     "distinct_values",
+    "fake_quant_lifted",
+    "lift_fake_quant_",
     "load_qat",
     "prepare_policy_qat_",
     "qat_layers",
     "qat_state",
     "save_qat",
+    "stack_fake_quant_",
 ]

@@ -1,0 +1,226 @@
+"""GST or gradual pruning trained together with QAT in one ``learn``: QAT quantizes what the compression stores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+from rlq.compress import circulant_vectors, expand_circulant, is_block_circulant
+from rlq.compress.block_circulant import stored_target
+from rlq.compress.masks import mask_of, stored_tensor
+from rlq.compress.measures import layer_kind
+from rlq.quant import WeightFakeQuant, convert_qat_, is_qat
+from rlq.rl.agents import make_model
+from rlq.rl.evaluate import evaluate
+from rlq.sb3.gst import GSTCallback
+from rlq.sb3.networks import optimizers
+from rlq.sb3.pruning import GradualPruningCallback
+from rlq.sb3.qat import QATCallback, convert_policy_qat_
+
+#: rewards never count as a drop: the reward-aware target rises at every update (deterministic tests)
+ALWAYS_HOLDS = {"window": 1, "step_size": 0.1, "max_sparsity": 0.9, "abs_tolerance": 1e9}
+BITS = 4
+LEVELS = 2**BITS - 1  # symmetric restricted range: codes -(2^(b-1) - 1) .. 2^(b-1) - 1
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(algo: str):
+    hyper: dict = {"policy_kwargs": {"net_arch": [16, 16]}}
+    if algo in ("TD3", "SAC"):
+        hyper |= {"learning_starts": 40, "buffer_size": 1000, "batch_size": 16}
+        env_id = "Pendulum-v1"
+    else:
+        hyper |= {"n_steps": 32, "batch_size": 16, "n_epochs": 2}
+        env_id = "CartPole-v1"
+    return env_id, make_model(algo, env_id, seed=0, hyperparams=hyper)
+
+
+class ScriptedGST(GSTCallback):
+    """GST fed a constant training reward, so its reward-aware target rises at every update."""
+
+    @property
+    def mean_reward(self) -> float | None:
+        return 1.0
+
+
+def gst(algo: str, **overrides) -> GSTCallback:
+    """Return GST over 240 steps: B=4, B=2 from 25%, pruning from 25%, hand-over at 50% of training."""
+    settings = dict(
+        total_steps=240,
+        block_schedule=((0.0, 4), (0.25, 2)),
+        transition_method="projection" if algo == "SAC" else "exact",  # SAC's trunk feeds two heads
+        bc_end=0.5,
+        s_shift=0.5,
+        prune_every=10,
+        sparsity=ALWAYS_HOLDS,
+    )
+    return ScriptedGST(**(settings | overrides))
+
+
+def pruning() -> GradualPruningCallback:
+    return GradualPruningCallback(final_sparsity=0.75, start_fraction=0.1, end_fraction=0.6, update_every=10)
+
+
+def rows_of(values: torch.Tensor) -> torch.Tensor:
+    """Return ``values`` as one row per output channel (dense weight) or per block row (B-vectors)."""
+    return values.detach().reshape(values.shape[0], -1)
+
+
+def assert_levels(values: torch.Tensor, what: str) -> None:
+    for row in rows_of(values):
+        assert row.unique().numel() <= LEVELS, f"{what}: {row.unique().numel()} levels"
+
+
+def dense_mask(layer) -> torch.Tensor | None:
+    """Return the 0/1 pattern of the dense weight that the layer's mask forces to zero, if pruned."""
+    mask = mask_of(*stored_target(layer))
+    if mask is None:
+        return None
+    return expand_circulant(mask) if is_block_circulant(layer) else mask
+
+
+def assert_quantized_and_masked(policy, names) -> None:
+    """Every QAT layer's weight has at most 2^bits - 1 levels per output channel; masked entries are 0."""
+    for name in names:
+        layer = policy.get_submodule(name)
+        weight = layer.weight.detach()
+        assert_levels(weight, name)
+        mask = dense_mask(layer)
+        if mask is not None:
+            assert (weight[mask == 0] == 0).all(), f"{name}: a pruned entry is not zero"
+
+
+def assert_stored_values_quantized(policy, names) -> None:
+    """After conversion the stored values themselves (B-vectors per block row, dense rows) take few levels."""
+    for name in names:
+        layer = policy.get_submodule(name)
+        target, tensor_name = stored_target(layer)
+        mask = mask_of(target, tensor_name)
+        stored = stored_tensor(target, tensor_name).detach()
+        if is_block_circulant(layer):
+            assert torch.equal(circulant_vectors(layer), stored if mask is None else stored * mask)
+        assert_levels(stored, name)
+        if mask is not None:
+            assert (stored[mask == 0] == 0).all(), f"{name}: a pruned stored value is not zero"
+
+
+class Invariants(BaseCallback):
+    """Checks, every ``every`` steps, that QAT stays on top of the compression of every quantized layer."""
+
+    def __init__(self, qat: QATCallback, every: int = 10):
+        super().__init__()
+        self.qat, self.every = qat, every
+        self.kinds: set[str] = set()
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps % self.every:
+            return True
+        policy = self.model.policy
+        for name in self.qat.layers:
+            layer = policy.get_submodule(name)
+            stack = list(layer.parametrizations["weight"])
+            assert isinstance(stack[-1], WeightFakeQuant), name
+            assert sum(isinstance(p, WeightFakeQuant) for p in stack) == 1, name
+            assert stack[-1].enabled == self.qat.enabled, name
+            self.kinds.add(layer_kind(layer))
+        if self.qat.enabled:
+            assert_quantized_and_masked(policy, self.qat.layers)
+        live = {id(p) for p in policy.parameters()}
+        for optimizer in optimizers(policy):
+            assert all(id(p) in live for group in optimizer.param_groups for p in group["params"])
+        return True
+
+
+def sample_obs(model, n: int = 32) -> torch.Tensor:
+    model.observation_space.seed(0)
+    return np.stack([model.observation_space.sample() for _ in range(n)])
+
+
+def check_conversion(model, env_id, names, convert=convert_policy_qat_) -> None:
+    """The fake-quantized policy and its conversion act and return exactly alike (same episodes)."""
+    obs = sample_obs(model)
+    before = model.predict(obs, deterministic=True)[0]
+    returns = evaluate(model, env_id, n_episodes=1, seed=3).returns
+    convert(model.policy)
+    assert not is_qat(model.policy)
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True)[0], before)
+    assert evaluate(model, env_id, n_episodes=1, seed=3).returns == returns
+    assert_quantized_and_masked(model.policy, names)
+
+
+@pytest.mark.parametrize(("algo", "qat_first"), [("TD3", True), ("TD3", False), ("SAC", True)])
+def test_gst_and_qat_in_one_learn(algo, qat_first):
+    env_id, model = tiny(algo)
+    qat = QATCallback(bits=BITS, delay_steps=0, convert_at_end=False)
+    compression = gst(algo)
+    invariants = Invariants(qat)
+    model.learn(240, callback=[qat, compression, invariants] if qat_first else [compression, qat, invariants])
+    kinds = set(compression.events["kind"])
+    assert {"block_circulant", "transition", "hand_over", "prune"} <= kinds
+    assert {"block_circulant", "block_circulant+pruned", "pruned", "dense"} <= invariants.kinds
+    assert compression.compression_ratio() > 0.5  # masks beneath QAT are counted
+    assert_quantized_and_masked(model.policy, qat.layers)
+    check_conversion(model, env_id, qat.layers)
+
+
+@pytest.mark.parametrize("algo", ["TD3", "PPO"])
+def test_gradual_pruning_and_qat_in_one_learn(algo):
+    env_id, model = tiny(algo)
+    qat = QATCallback(bits=BITS, delay_steps=0, convert_at_end=False)
+    compression = pruning()
+    invariants = Invariants(qat)
+    model.learn(240, callback=[qat, compression, invariants])
+    assert compression.compression_ratio() > 0.5
+    assert "pruned" in invariants.kinds
+    assert_quantized_and_masked(model.policy, qat.layers)
+    check_conversion(model, env_id, qat.layers)
+
+
+def test_block_circulant_layers_convert_to_quantized_b_vectors():
+    """Before the hand-over, conversion keeps the layers block-circulant, their B-vectors quantized."""
+    env_id, model = tiny("TD3")
+    qat = QATCallback(bits=BITS, delay_steps=0)  # converts at the end of learn
+    compression = gst("TD3", bc_end=1.0, s_shift=0.25)  # no hand-over: block-circulant to the end
+    model.learn(240, callback=[qat, compression])
+    assert not is_qat(model.policy)
+    circulant = [n for n in qat.layers if is_block_circulant(model.policy.get_submodule(n))]
+    pruned = [n for n in circulant if mask_of(*stored_target(model.policy.get_submodule(n))) is not None]
+    assert circulant and pruned
+    assert_stored_values_quantized(model.policy, qat.layers)
+    assert_quantized_and_masked(model.policy, qat.layers)
+
+
+def test_pruned_layers_convert_to_quantized_unpruned_values():
+    _, model = tiny("TD3")
+    qat = QATCallback(bits=BITS, delay_steps=0)
+    model.learn(240, callback=[pruning(), qat])
+    assert_stored_values_quantized(model.policy, qat.layers)
+    assert any(mask_of(*stored_target(model.policy.get_submodule(n))) is not None for n in qat.layers)
+
+
+def test_quantization_delay_survives_structural_changes():
+    """QAT switched off until after the hand-over stays off through every lift, then switches on."""
+    _, model = tiny("TD3")
+    qat = QATCallback(bits=BITS, delay_steps=180, convert_at_end=False)
+    invariants = Invariants(qat, every=5)
+    model.learn(240, callback=[qat, gst("TD3"), invariants])
+    assert [h["enabled"] for h in qat.history] == [False, True]
+    assert 180 <= qat.history[1]["step"] < 185
+    assert_quantized_and_masked(model.policy, qat.layers)
+
+
+def test_torch_style_conversion_also_acts_alike():
+    """``rlq.quant.convert_qat_`` (which bakes the compression too) computes the same actions."""
+    env_id, model = tiny("TD3")
+    qat = QATCallback(bits=BITS, delay_steps=0, convert_at_end=False)
+    model.learn(240, callback=[qat, gst("TD3")])
+    check_conversion(model, env_id, qat.layers, convert=convert_qat_)
