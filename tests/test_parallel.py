@@ -43,3 +43,21 @@ def divmod_job(a: int, b: int) -> tuple[int, int]:
 
 def pid_and_divmod(a: int, b: int) -> tuple[int, tuple[int, int]]:
     return os.getpid(), divmod(a, b)
+
+
+def test_worker_processes_report_each_job_into_the_run_s_progress_file(tmp_path, monkeypatch):
+    from rlq.core.progress import PROGRESS_FILE_ENV, ProgressReader
+
+    events_file = tmp_path / "progress.jsonl"
+    monkeypatch.setenv(PROGRESS_FILE_ENV, str(events_file))
+    jobs = [{"a": n, "b": 3 - n} for n in range(4)]  # the last divides by zero
+    with pytest.raises(ZeroDivisionError):
+        run_jobs(pid_and_divmod, jobs, workers=2, labels=["a", "b", "c", "d"])
+    events = ProgressReader(events_file, from_end=False).read()
+    assert events[0]["event"] == "jobs" and events[0]["labels"] == ["a", "b", "c", "d"]
+    ends = {e["id"]: e for e in events if e["event"] == "job_end"}
+    starts = [e for e in events if e["event"] == "job_start"]
+    assert starts and all(e["pid"] != os.getpid() for e in starts)  # written by the workers themselves
+    failed = ends[events[0]["ids"][3]]
+    assert failed["status"] == "failed" and failed["error"].startswith("ZeroDivisionError")
+    assert {e["status"] for e in ends.values()} <= {"ok", "failed", "cancelled"}

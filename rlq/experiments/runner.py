@@ -5,12 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlq.core.jsonio import read_json, write_json
+from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV
+from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
 from rlq.experiments.runs import (
     NOTEBOOK_FILE,
@@ -49,6 +54,34 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _on_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextmanager
+def live_progress(path: Path, show: bool = True) -> Iterator[None]:
+    """Point training progress at ``path/progress.jsonl`` for the block and, when ``show``, draw it on stderr.
+
+    The kernel and its worker processes inherit ``RLQ_PROGRESS_FILE`` (:mod:`rlq.core.progress`); a thread
+    tails the file: bars per training job on a terminal, one line per finished job otherwise (logs).
+    """
+    previous = os.environ.get(PROGRESS_FILE_ENV)
+    os.environ[PROGRESS_FILE_ENV] = str(path / PROGRESS_FILE)
+    follower = Follower(path / PROGRESS_FILE, terminal_board(sys.stderr)).start() if show else None
+    try:
+        yield
+    finally:
+        if follower is not None:
+            follower.stop()
+        if previous is None:
+            os.environ.pop(PROGRESS_FILE_ENV, None)
+        else:
+            os.environ[PROGRESS_FILE_ENV] = previous
+
+
 def execute(
     experiment: Experiment,
     params: dict[str, Any],
@@ -80,15 +113,16 @@ def execute(
     heartbeat = Heartbeat(path)
     try:
         heartbeat.start()
-        pm.execute_notebook(
-            str(experiment.path),
-            str(path / NOTEBOOK_FILE),
-            parameters=params,
-            cwd=str(path),
-            progress_bar=progress,
-            log_output=log_output,
-            request_save_on_cell_execute=True,
-        )
+        with live_progress(path, show=progress):
+            pm.execute_notebook(
+                str(experiment.path),
+                str(path / NOTEBOOK_FILE),
+                parameters=params,
+                cwd=str(path),
+                progress_bar=progress and _on_terminal(),  # papermill's cell counter is noise in a log
+                log_output=log_output,
+                request_save_on_cell_execute=True,
+            )
     except KeyboardInterrupt:
         status, error = (
             "interrupted",

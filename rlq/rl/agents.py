@@ -19,10 +19,12 @@ import pandas as pd
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import CSVOutputFormat, Logger
 
+from rlq.core import progress
 from rlq.core.jsonio import read_json, write_json
 from rlq.rl.algorithms import check_algorithm_name
 from rlq.rl.envs import is_atari, make_vec_env
 from rlq.rl.episodes import finished_episodes
+from rlq.rl.progress import TrainingProgress, report_already_trained, training_label
 from rlq.rl.seeding import seed_everything
 
 #: Tuned settings from RL Baselines3 Zoo (hyperparams/*.yml) for the pairs rlq's presets use, with
@@ -333,9 +335,8 @@ def train_agent(
             ckpt_dir, checkpoint_every, recorder, save_model=save_model, stateful=stateful
         )
     callbacks = [recorder, *([checkpointer] if checkpointer is not None else []), *user_callbacks]
-    remaining = total_timesteps - model.num_timesteps
-    if remaining > 0:
-        model.learn(remaining, callback=CallbackList(callbacks), reset_num_timesteps=False)
+    label = training_label(algo, env_id, seed, Path(run_dir) if run_dir is not None else None)
+    _learn(model, total_timesteps, callbacks, label)
     last = None
     if checkpointer is not None and (found is None or model.num_timesteps > found[0]):
         last = checkpointer.save()
@@ -343,6 +344,27 @@ def train_agent(
         last = found[1]
     resumed = found[0] if found is not None else None
     return TrainedAgent(model, recorder.frame(), recorder.wall_time(), resumed, last)
+
+
+def _learn(model, total_timesteps: int, callbacks: list[BaseCallback], label: str) -> None:
+    """Train ``model`` up to ``total_timesteps`` with ``callbacks``, reporting live progress when someone listens."""
+    remaining = total_timesteps - model.num_timesteps
+    shown = progress.enabled()
+    if remaining <= 0:
+        if shown:
+            report_already_trained(total_timesteps, model.num_timesteps, label)
+        return
+    tracker = TrainingProgress(total_timesteps, label) if shown else None
+    try:
+        model.learn(
+            remaining,
+            callback=CallbackList([*callbacks, *([tracker] if tracker else [])]),
+            reset_num_timesteps=False,
+        )
+    except BaseException as exc:
+        if tracker is not None:
+            tracker.finish("failed", exc)
+        raise
 
 
 def _load_checkpoint(

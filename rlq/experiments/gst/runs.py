@@ -214,7 +214,8 @@ def train_and_evaluate_all(
     one row per run; the other tables stack every run's rows (each carries its job's ``keys`` columns).
     ``tables`` picks which of them to gather. With ``out``, each is also written to ``out/<name>.csv``:
     the top-level CSVs of a run folder are what ``rlq publish`` commits. ``progress`` (``print`` in a
-    notebook) gets one line per finished run (:func:`run_line`), in the order runs finish.
+    notebook) gets one line per finished run (:func:`run_line`), in the order runs finish. Live bars come
+    on their own (:mod:`rlq.core.progress`), each run named by its ``keys`` (:func:`keys_label`).
     """
     unknown = sorted(set(tables) - set(RUN_TABLES))
     if unknown:
@@ -226,7 +227,8 @@ def train_and_evaluate_all(
         if on_result is not None:
             on_result(index, result)
 
-    results = run_jobs(train_and_evaluate, jobs, workers=workers, on_result=finished)
+    labels = [keys_label(job.get("keys") or {}) or f"job {i + 1}" for i, job in enumerate(jobs)]
+    results = run_jobs(train_and_evaluate, jobs, workers=workers, on_result=finished, labels=labels)
     stacked: dict[str, pd.DataFrame] = {}
     for name in tables:
         if name == "summary":
@@ -244,7 +246,7 @@ def train_and_evaluate_all(
 def run_line(result: dict[str, Any]) -> str:
     """Return one finished run (a :func:`train_and_evaluate` result) as a line: its keys, compression, returns, time."""
     row = result["summary"]
-    label = ", ".join(f"{k} {v}" for k, v in result.get("keys", {}).items() if v is not None)
+    label = keys_label(result.get("keys", {}))
     parts = [f"average compression {row['avg_compression_ratio']:.3f}"]
     if "eval_return" in row:
         parts.append(f"evaluation return {row['eval_return']:.2f}")
@@ -253,3 +255,8 @@ def run_line(result: dict[str, Any]) -> str:
     if row.get("resumed_from"):
         parts.append(f"resumed from step {row['resumed_from']}")
     return f"{label}: " + ", ".join(parts)
+
+
+def keys_label(keys: dict[str, Any]) -> str:
+    """Return a run's ``keys`` as its name in progress lines and bars, e.g. ``"seed 0, method gst"``."""
+    return ", ".join(f"{k} {v}" for k, v in keys.items() if v is not None)
