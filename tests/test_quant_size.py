@@ -114,3 +114,97 @@ def test_packing_refuses_non_finite_weights_naming_them():
         m[2].weight[0, 0] = float("inf")
     with pytest.raises(ValueError, match="the weight '2.weight': it holds 0 NaN and 1 inf"):
         model_size_bytes(m, "int4")
+
+
+# ---- packed files: what bits_per_weight counts, on disk and back
+
+
+def combined_policy() -> nn.Sequential:
+    """A 64-wide actor: dense fp32 first layer, block-circulant + pruned middle, pruned last, all QAT but the first."""
+    from rlq.compress import magnitude_prune_, make_block_circulant_
+    from rlq.quant import WeightFakeQuant
+    from rlq.sb3.qat import stack_fake_quant_
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2), nn.Tanh())
+    make_block_circulant_(m[2], 4)
+    magnitude_prune_(m, 0.5, skip_first_last=False, layers=["2"])
+    magnitude_prune_(m, 0.9, skip_first_last=False, layers=["4"])
+    stack_fake_quant_(m[2], [WeightFakeQuant(4, axis=0)])
+    stack_fake_quant_(m[4], [WeightFakeQuant(8, axis=0)])
+    return m.eval()
+
+
+def plain_policy() -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2), nn.Tanh()
+    )
+
+
+def test_expand_block_circulant_matches_rlq_compress():
+    from rlq.compress import expand_circulant
+    from rlq.quant.size import expand_block_circulant
+
+    for shape in [(2, 3, 4), (2, 2, 2, 3, 3)]:
+        vectors = torch.randn(shape)
+        assert torch.equal(expand_block_circulant(vectors), expand_circulant(vectors))
+
+
+def test_packed_file_round_trips_and_its_size_is_bits_per_weight(tmp_path):
+    from rlq.quant import bits_per_weight, size_report
+    from rlq.quant.size import load_packed, packed_header, save_packed
+
+    model = combined_policy()
+    path = save_packed(model, tmp_path / "policy.rlqp")
+    header = packed_header(path)
+    weight_bytes = sum(sum(entry["bytes"][:3]) for entry in header["layers"])
+    bias_bytes = sum(entry["bytes"][3] for entry in header["layers"])
+    counted_bits = sum(r["total_bits"] for r in size_report(model))
+    dense = sum(r["dense"] for r in size_report(model))
+    assert bits_per_weight(model) == pytest.approx(counted_bits / dense)
+    assert counted_bits <= 8 * weight_bytes <= 1.1 * counted_bits  # bytes round up per section only
+    assert path.stat().st_size == header["header_bytes"] + weight_bytes + bias_bytes
+    assert header["header_bytes"] < 400 * len(header["layers"])  # a small header
+    kinds = [entry["kind"] for entry in header["layers"]]
+    assert kinds == ["dense", "block_circulant+pruned", "pruned"]
+
+    fresh = plain_policy()
+    fresh.load_state_dict(load_packed(path))
+    x = torch.randn(256, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(x), model(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("bits", [None, "fp16", 4])
+def test_packed_file_round_trips_dense_models(tmp_path, bits):
+    from rlq.quant import ptq
+    from rlq.quant.size import load_packed, save_packed
+
+    torch.manual_seed(1)
+    model = plain_policy().eval()
+    reference = ptq(model, "int4", per_channel_linear=True) if bits == 4 else model
+    path = save_packed(reference, tmp_path / "m.rlqp", bits=bits, per_channel=True)
+    fresh = plain_policy()
+    fresh.load_state_dict(load_packed(path))
+    x = torch.randn(64, 8)
+    with torch.no_grad():
+        atol = 1e-3 if bits == "fp16" else 1e-6
+        torch.testing.assert_close(fresh(x), reference(x), rtol=0, atol=atol)
+
+
+def test_int8_onnx_of_the_packed_policy_acts_like_torch(tmp_path):
+    """int8 ONNX Runtime of the unpacked policy: max |a_torch - a_onnx| <= 1e-2 in action units."""
+    from rlq.quant import OnnxPolicy, export_onnx
+    from rlq.quant.size import load_packed, save_packed
+
+    model = combined_policy()
+    fresh = plain_policy().eval()
+    fresh.load_state_dict(load_packed(save_packed(model, tmp_path / "p.rlqp")))
+    torch.manual_seed(2)
+    obs = torch.randn(256, 8)
+    onnx = OnnxPolicy(export_onnx(fresh, tmp_path / "p.onnx", obs[:1], precision="int8"))
+    with torch.no_grad():
+        a_torch = model(obs).numpy()
+    a_onnx = onnx(obs)
+    a_onnx = a_onnx.numpy() if hasattr(a_onnx, "numpy") else a_onnx
+    assert float(abs(a_torch - a_onnx).max()) <= 1e-2

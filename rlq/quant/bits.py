@@ -78,6 +78,8 @@ class LayerStorage:
     """Bits per stored value."""
     integer: bool
     """Whether values are integer codes (which need scales) rather than floats."""
+    scale_axis: int | None
+    """Axis of the stored tensor along which the scales vary (None: one scale, or none for floats)."""
     index_format: str | None
     """``"bitmask"``, ``"relative"`` or None (no mask)."""
     index_width: int | None
@@ -116,8 +118,8 @@ def index_bits(mask: Tensor) -> tuple[str, int, int]:
     return ("bitmask", width, bitmask) if bitmask <= relative else ("relative", width, relative)
 
 
-def _stored(layer: nn.Module) -> tuple[Tensor, Tensor | None, bool]:
-    """Return the layer's stored values, their mask (or None) and whether the weight is parametrized."""
+def stored_values(layer: nn.Module) -> tuple[Tensor, Tensor | None, bool]:
+    """Return a Linear / convolution layer's stored values, their mask (or None), and whether it is parametrized."""
     if parametrize.is_parametrized(layer, "weight"):
         owner, name = layer.parametrizations["weight"], "original"
     else:
@@ -140,12 +142,11 @@ def weight_layers(module: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in module.named_modules() if is_quantizable(m) or isinstance(m, quantized)]
 
 
-def _scale_count(layer: nn.Module, stored: Tensor, circulant: bool, axis: int | None) -> int:
+def _stored_axis(layer: nn.Module, circulant: bool, axis: int | None) -> int | None:
+    """Return the axis of the stored tensor along which scales vary (None: one per tensor)."""
     if axis is None:
-        return 1
-    if circulant:  # a per-output-channel scale is one per block row of the B-vectors
-        return stored.shape[0]
-    return stored.shape[axis]
+        return None
+    return 0 if circulant else axis  # per output channel is per block row of the B-vectors (their axis 0)
 
 
 def _override_for(name: str, bits: BitsSpec | Mapping[str, BitsSpec] | None) -> Precision | None:
@@ -168,31 +169,32 @@ def _format(
     circulant: bool,
     override: Precision | None,
     per_channel: bool | None,
-) -> tuple[int, bool, int]:
-    """Return ``(value bits, integer codes?, scales and zero points)`` of one layer."""
+) -> tuple[int, bool, int | None, int]:
+    """Return ``(value bits, integer codes?, scale axis of the stored tensor, scales and zero points)``."""
     if override is not None:
         if override.is_float:
-            return override.bits, False, 0
+            return override.bits, False, None, 0
         channel = per_channel if per_channel is not None else not isinstance(layer, nn.Linear)
-        axis = output_channel_axis(layer) if channel else None
-        return override.bits, True, _scale_count(layer, stored, circulant, axis)
+        axis = _stored_axis(layer, circulant, output_channel_axis(layer) if channel else None)
+        return override.bits, True, axis, 1 if axis is None else stored.shape[axis]
     if isinstance(layer, _torch_quantized_types()):
         weight = layer.weight()
         if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-            scales, nonzero_zero_points = 1, int(weight.q_zero_point() != 0)
+            axis, scales, zero_points = None, 1, weight.q_zero_point() != 0
         else:
-            scales = weight.q_per_channel_scales().numel()
-            nonzero_zero_points = int(weight.q_per_channel_zero_points().count_nonzero())
-        return weight.element_size() * 8, True, scales * (2 if nonzero_zero_points else 1)
+            axis, scales = weight.q_per_channel_axis(), weight.q_per_channel_scales().numel()
+            zero_points = bool(weight.q_per_channel_zero_points().count_nonzero())
+        return weight.element_size() * 8, True, axis, scales * (2 if zero_points else 1)
     quantizers = []
     if parametrize.is_parametrized(layer, "weight"):
         quantizers = [p for p in layer.parametrizations["weight"] if isinstance(p, WeightFakeQuant)]
     if quantizers:
         quantizer = quantizers[-1]
-        return quantizer.bits, True, _scale_count(layer, stored, circulant, quantizer.axis)
+        axis = _stored_axis(layer, circulant, quantizer.axis)
+        return quantizer.bits, True, axis, 1 if axis is None else stored.shape[axis]
     if not stored.is_floating_point():
         raise TypeError(f"layer {name!r} stores {stored.dtype} values; give its width with bits=")
-    return torch.finfo(stored.dtype).bits, False, 0
+    return torch.finfo(stored.dtype).bits, False, None, 0
 
 
 def layer_storage(
@@ -203,10 +205,10 @@ def layer_storage(
         stored, mask, parametrized = layer.weight(), None, False
         dense = stored.numel()
     else:
-        stored, mask, parametrized = _stored(layer)
+        stored, mask, parametrized = stored_values(layer)
         dense = math.prod(layer.weight.shape)
     circulant = parametrized and stored.dim() == layer.weight.dim() + 1
-    value_bits, integer, scales = _format(
+    value_bits, integer, scale_axis, scales = _format(
         name, layer, stored, circulant, _override_for(name, bits), per_channel
     )
     kept = stored.numel() if mask is None else int(mask.count_nonzero())
@@ -222,6 +224,7 @@ def layer_storage(
         stored=kept,
         value_bits=int(value_bits),
         integer=integer,
+        scale_axis=scale_axis,
         index_format=index_format,
         index_width=width,
         index_bits=idx_bits,
@@ -276,5 +279,6 @@ __all__ = [
     "layer_storage",
     "relative_index_width",
     "size_report",
+    "stored_values",
     "weight_layers",
 ]

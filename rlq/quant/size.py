@@ -1,11 +1,19 @@
-"""Model size as really serialized, bit-packed n-bit weights, and relative changes for reporting."""
+"""Model size as really serialized, bit-packed n-bit weights, packed files, and relative changes for reporting.
+
+:func:`save_packed` / :func:`load_packed` write and read the weights exactly as :func:`rlq.quant.bits_per_weight`
+counts them (values at their width, sparse index, scales), so a file's size checks that count.
+"""
 
 from __future__ import annotations
 
 import copy
 import io
+import json
 import math
 import os
+import struct
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +21,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from rlq.quant.layers import bake_parametrizations, output_channel_axis, quantizable_layers
+from rlq.quant.bits import BitsSpec, LayerStorage, size_report, stored_values, weight_layers
+from rlq.quant.layers import bake_parametrizations, is_quantizable, output_channel_axis, quantizable_layers
 from rlq.quant.tensor import check_bits, integer_range, parse_precision, quantize_to_codes
 
 CODES, SCALE, META = ".codes", ".scale", ".meta"
@@ -27,6 +36,20 @@ def relative_change(value: float, reference: float) -> float:
     return (value - reference) / abs(reference)
 
 
+def _pack_bits(flat: np.ndarray, width: int) -> bytes:
+    """Return the non-negative ints ``flat`` packed ``width`` bits each, little-endian bit planes."""
+    planes = ((flat.astype(np.int64)[:, None] >> np.arange(width)) & 1).astype(np.uint8)
+    return np.packbits(planes.reshape(-1), bitorder="little").tobytes()
+
+
+def _unpack_bits(data: bytes | np.ndarray, width: int, count: int) -> np.ndarray:
+    """Return the ``count`` ints (int64) that :func:`_pack_bits` packed ``width`` bits each."""
+    stream = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")[: count * width]
+    if stream.size != count * width:
+        raise ValueError(f"packed data holds fewer than {count} codes of {width} bits")
+    return (stream.reshape(count, width).astype(np.int64) << np.arange(width)).sum(axis=1)
+
+
 def pack_codes(codes: Tensor, bits: int) -> Tensor:
     """Return the unsigned integer ``codes`` (each in ``[0, 2^bits)``) packed ``bits`` bits each into uint8."""
     check_bits(bits)
@@ -34,18 +57,13 @@ def pack_codes(codes: Tensor, bits: int) -> Tensor:
     if flat.size and (flat.min() < 0 or flat.max() >= 2**bits):
         raise ValueError(f"codes must lie in [0, {2**bits}) to pack at {bits} bits")
     # Little-endian bit planes: bit j of code i is bit number i * bits + j of the stream.
-    planes = ((flat[:, None] >> np.arange(bits)) & 1).astype(np.uint8)
-    return torch.from_numpy(np.packbits(planes.reshape(-1), bitorder="little"))
+    return torch.from_numpy(np.frombuffer(_pack_bits(flat, bits), dtype=np.uint8).copy())
 
 
 def unpack_codes(packed: Tensor, bits: int, numel: int) -> Tensor:
     """Return the ``numel`` unsigned codes (int64) that :func:`pack_codes` packed at ``bits`` bits."""
     check_bits(bits)
-    stream = np.unpackbits(packed.cpu().numpy().astype(np.uint8), bitorder="little")[: numel * bits]
-    if stream.size != numel * bits:
-        raise ValueError(f"packed data holds fewer than {numel} codes of {bits} bits")
-    planes = stream.reshape(numel, bits).astype(np.int64)
-    return torch.from_numpy((planes << np.arange(bits)).sum(axis=1))
+    return torch.from_numpy(_unpack_bits(packed.cpu().numpy().astype(np.uint8).tobytes(), bits, numel))
 
 
 def pack_state_dict(module: nn.Module, bits: int) -> dict[str, Tensor]:
@@ -131,3 +149,171 @@ def model_size_bytes(module_or_path: nn.Module | str | os.PathLike, precision: s
         for key, tensor in module_or_path.state_dict().items()
     }
     return _serialized_size(state)
+
+
+# --------------------------------------------------------------------------------------------------------
+# A packed file: what bits_per_weight counts, written out
+
+PACKED_MAGIC = b"RLQPACK1"
+"""First bytes of a packed file; then the header's length (uint32, little-endian), the JSON header, the data."""
+
+_FLOAT_DTYPES = {32: torch.float32, 16: torch.float16}
+
+
+def _tensor_bytes(t: Tensor) -> bytes:
+    return t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def _bytes_tensor(data: bytes, dtype: torch.dtype, shape: tuple[int, ...] | list[int]) -> Tensor:
+    raw = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy())
+    return raw.view(dtype).reshape(shape)
+
+
+def _encode_layer(storage: LayerStorage, layer: nn.Module) -> tuple[dict, list[bytes]]:
+    """Return one layer's header entry and its data sections: index, values, scales, bias."""
+    stored, mask, _ = stored_values(layer)
+    values = stored.detach().float() if mask is None else stored.detach().float() * mask
+    keep = torch.ones(values.numel(), dtype=torch.bool) if mask is None else mask.reshape(-1) != 0
+    index = b""
+    if storage.index_format == "bitmask":
+        index = np.packbits(keep.numpy().astype(np.uint8), bitorder="little").tobytes()
+    elif storage.index_format == "relative" and storage.stored:
+        positions = torch.nonzero(keep).reshape(-1)
+        gaps = torch.diff(positions, prepend=positions.new_tensor([-1])) - 1
+        index = _pack_bits(gaps.numpy(), storage.index_width)
+    scales = b""
+    if storage.integer:
+        codes, scale, _ = quantize_to_codes(
+            values,
+            storage.value_bits,
+            storage.scale_axis,
+            symmetric=True,
+            what=f"the weight of {storage.name!r}",
+        )
+        qmin, _ = integer_range(storage.value_bits, symmetric=True)
+        data = _pack_bits((codes.reshape(-1)[keep] - qmin).numpy(), storage.value_bits)
+        scales = _tensor_bytes(scale.float().reshape(-1))
+    else:
+        data = _tensor_bytes(values.reshape(-1)[keep].to(_FLOAT_DTYPES[storage.value_bits]))
+    bias = getattr(layer, "bias", None)
+    bias_bytes = b"" if bias is None else _tensor_bytes(bias.float())
+    entry = {
+        **{k: v for k, v in asdict(storage).items() if k not in ("total_bits",)},
+        "weight_shape": list(layer.weight.shape),
+        "stored_shape": list(stored.shape),
+        "bias": bias is not None,
+        "bytes": [len(index), len(data), len(scales), len(bias_bytes)],
+    }
+    return entry, [index, data, scales, bias_bytes]
+
+
+def save_packed(
+    module: nn.Module,
+    path: str | os.PathLike,
+    bits: BitsSpec | Mapping[str, BitsSpec] | None = None,
+    per_channel: bool | None = None,
+) -> Path:
+    """Return the path of a file holding ``module``'s Linear / convolution weights as :func:`bits_per_weight` counts them.
+
+    Per layer: the kept stored values (integer codes bit-packed at their width, or float32 / float16
+    values), the cheaper sparse index (bitmask or relative indices), the float32 scales, and the float32
+    bias; a JSON header says how to read them. Weight data is the count of :func:`size_report` rounded up
+    to whole bytes per section. :func:`load_packed` gives back dense weights (B-vectors expanded, n-bit
+    codes dequantized). Other state (normalisation layers, ...) is not stored; ``torch.ao`` quantized
+    layers are not supported (pack the float model with ``bits=8``).
+    """
+    rows = {r["name"]: r for r in size_report(module, bits, per_channel)}
+    entries, sections = [], []
+    with torch.no_grad():
+        for name, layer in weight_layers(module):
+            if not is_quantizable(layer):
+                raise TypeError(
+                    f"layer {name!r} is a torch.ao quantized layer; pack the float model with bits=8"
+                )
+            fields = {k: v for k, v in rows[name].items() if k != "bits_per_weight"}
+            entry, data = _encode_layer(LayerStorage(**fields), layer)
+            entries.append(entry)
+            sections.extend(data)
+    header = json.dumps({"format": 1, "layers": entries}, separators=(",", ":")).encode()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(PACKED_MAGIC + struct.pack("<I", len(header)) + header + b"".join(sections))
+    return path
+
+
+def packed_header(path: str | os.PathLike) -> dict:
+    """Return the JSON header of a file written by :func:`save_packed`, with ``header_bytes`` (magic included)."""
+    with open(path, "rb") as f:
+        magic = f.read(len(PACKED_MAGIC))
+        if magic != PACKED_MAGIC:
+            raise ValueError(f"{path} is not a packed rlq file")
+        (length,) = struct.unpack("<I", f.read(4))
+        header = json.loads(f.read(length).decode())
+    header["header_bytes"] = len(PACKED_MAGIC) + 4 + length
+    return header
+
+
+def expand_block_circulant(vectors: Tensor) -> Tensor:
+    """Return the dense ``(out, in, *kernel)`` weight of B-vectors ``(out/B, in/B, B, *kernel)``.
+
+    ``weight[i*B + r, j*B + c] = vectors[i, j, (r - c) mod B]``, the layout of ``rlq.compress.circulant``
+    (which ``rlq.quant`` may not import; a test checks that both agree).
+    """
+    p, q, b = vectors.shape[:3]
+    rows = torch.arange(b)
+    blocks = vectors[:, :, (rows[:, None] - rows[None, :]) % b]  # (p, q, r, c, *kernel)
+    order = (0, 2, 1, 3, *range(4, blocks.dim()))
+    return blocks.permute(order).reshape(p * b, q * b, *vectors.shape[3:])
+
+
+def _decode_layer(entry: dict, sections: list[bytes]) -> tuple[Tensor, Tensor | None]:
+    index, data, scales, bias = sections
+    shape, kept = entry["stored_shape"], entry["stored"]
+    numel = math.prod(shape)
+    if entry["index_format"] == "bitmask":
+        keep = torch.from_numpy(np.unpackbits(np.frombuffer(index, np.uint8), bitorder="little")[:numel] != 0)
+    elif entry["index_format"] == "relative":
+        positions = np.cumsum(_unpack_bits(index, entry["index_width"], kept) + 1) - 1
+        keep = torch.zeros(numel, dtype=torch.bool)
+        keep[torch.from_numpy(positions)] = True
+    else:
+        keep = torch.ones(numel, dtype=torch.bool)
+    values = torch.zeros(numel)
+    if entry["integer"]:
+        qmin, _ = integer_range(entry["value_bits"], symmetric=True)
+        codes = torch.zeros(numel)
+        codes[keep] = torch.from_numpy(_unpack_bits(data, entry["value_bits"], kept) + qmin).float()
+        scale = _bytes_tensor(scales, torch.float32, [-1])
+        axis = entry["scale_axis"]
+        view = [1] * len(shape)
+        if axis is not None:
+            view[axis] = shape[axis]
+        values = codes.reshape(shape) * scale.reshape(view)
+    else:
+        values[keep] = _bytes_tensor(data, _FLOAT_DTYPES[entry["value_bits"]], [kept]).float()
+        values = values.reshape(shape)
+    weight = expand_block_circulant(values) if entry["block_size"] else values
+    return weight.reshape(entry["weight_shape"]), (
+        _bytes_tensor(bias, torch.float32, [-1]) if entry["bias"] else None
+    )
+
+
+def load_packed(path: str | os.PathLike) -> dict[str, Tensor]:
+    """Return the dense float32 ``{<layer>.weight, <layer>.bias}`` state of a file from :func:`save_packed`.
+
+    Load it into a plain (uncompressed) module of the same architecture with ``load_state_dict(...,
+    strict=False)`` (only the Linear / convolution tensors are in the file).
+    """
+    header = packed_header(path)
+    state: dict[str, Tensor] = {}
+    with open(path, "rb") as f:
+        f.seek(header["header_bytes"])
+        for entry in header["layers"]:
+            sections = [f.read(n) for n in entry["bytes"]]
+            weight, bias = _decode_layer(entry, sections)
+            prefix = f"{entry['name']}." if entry["name"] else ""
+            state[prefix + "weight"] = weight
+            if bias is not None:
+                state[prefix + "bias"] = bias
+    return state
