@@ -218,7 +218,7 @@ class Board:
         if job.train_status == "skipped":
             return f"already trained ({job.steps:,} steps)"
         text = (
-            f"{job.steps:,}" + (f"/{job.total:,}" if job.total and job.total != job.steps else "") + " steps"
+            f"{job.steps:,}" + (f"/{job.total:,}" if job.total and job.steps < job.total else "") + " steps"
         )
         if job.trained and job.train_seconds:
             rate = job.trained / job.train_seconds if job.train_seconds > 0 else 0.0
