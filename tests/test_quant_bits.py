@@ -9,7 +9,8 @@ from torch import nn
 from rlq.compress import make_block_circulant_
 from rlq.compress.masks import prune_with_mask_
 from rlq.quant import WeightFakeQuant, bits_per_weight, prepare_qat_, ptq, size_report
-from rlq.quant.bits import index_bits, relative_index_width
+from rlq.quant.bits import index_bits, mark_weight_format_, relative_index_width
+from rlq.quant.layers import quantizable_layers
 from rlq.sb3.qat import stack_fake_quant_
 
 
@@ -52,6 +53,9 @@ def test_simulated_copies_need_their_width_given():
     assert bits_per_weight(copy, bits="int4", per_channel=True) == (4 * DENSE + 18 * 32) / DENSE
     mixed = bits_per_weight(copy, bits={"2": 4})  # only the middle layer as 4-bit codes
     assert mixed == (32 * (32 + 16) + 4 * 64 + 32) / DENSE
+    for _, layer in quantizable_layers(copy):
+        mark_weight_format_(layer, 4, None)  # what a conversion leaves: no override needed
+    assert bits_per_weight(copy) == (4 * DENSE + 3 * 32) / DENSE
     with pytest.raises(ValueError, match="does not have"):
         bits_per_weight(copy, bits={"9": 4})
     with pytest.raises(ValueError, match=r"\[2, 16\]"):

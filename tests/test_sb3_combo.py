@@ -224,3 +224,29 @@ def test_torch_style_conversion_also_acts_alike():
     qat = QATCallback(bits=BITS, delay_steps=0, convert_at_end=False)
     model.learn(240, callback=[qat, gst("TD3")])
     check_conversion(model, env_id, qat.layers, convert=convert_qat_)
+
+
+def test_trained_sparse_low_bit_actor_exports_packed_and_to_onnx(tmp_path):
+    """GST + 8-bit QAT, converted: bits per weight measured, packed file round trip, int8 ONNX parity."""
+    from rlq.quant import OnnxPolicy, bits_per_weight, export_onnx
+    from rlq.quant.size import load_packed, save_packed
+    from rlq.sb3.action_path import action_network, preprocess_observations
+
+    _, model = tiny("TD3")
+    model.learn(240, callback=[QATCallback(bits=8, delay_steps=0), gst("TD3")])
+    net, _ = action_network(model)
+    bits = bits_per_weight(net)
+    assert bits < 8.0  # converted layers are marked 8-bit; the middle one is pruned too
+    _, fresh_model = tiny("TD3")
+    fresh, _ = action_network(fresh_model)
+    fresh.load_state_dict(load_packed(save_packed(net, tmp_path / "actor.rlqp")))
+    obs = preprocess_observations(model, sample_obs(model, 256))
+    with torch.no_grad():
+        a_torch = net(obs)
+        torch.testing.assert_close(fresh(obs), a_torch, rtol=0, atol=1e-6)
+    onnx = OnnxPolicy(export_onnx(fresh.eval(), tmp_path / "actor.onnx", obs[:1], precision="int8"))
+    half_range = torch.as_tensor((model.action_space.high - model.action_space.low) / 2)
+    # batch 1, as an actor acts: ONNX Runtime's dynamic int8 quantizes activations over each batch's range
+    a_onnx = torch.cat([torch.as_tensor(np.asarray(onnx(o[None]))) for o in obs])
+    error = ((a_onnx - a_torch).abs() * half_range).max()
+    assert float(error) <= 1e-2, f"int8 ONNX differs by {float(error):.4f} action units"

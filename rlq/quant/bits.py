@@ -13,7 +13,8 @@ What each layer stores (the rule; structure is read from the module itself, as `
   non-zero entries; zeros that no mask enforces are stored like any value (as ``rlq.compress.measures``
   counts them).
 - **Value width.** In this order: an explicit ``bits`` override (see below); the bit width of QAT's
-  :class:`rlq.quant.WeightFakeQuant` on the weight; 8 for a ``torch.ao`` quantized layer (``ptq(...,
+  :class:`rlq.quant.WeightFakeQuant` on the weight, or the mark :func:`mark_weight_format_` left on a
+  converted layer (``rlq.sb3.qat.convert_policy_qat_`` marks its layers); 8 for a ``torch.ao`` quantized layer (``ptq(...,
   "int8")``); else the width of the weight's float dtype (32 for fp32, 16 for fp16 / bf16). A copy made by
   ``ptq(..., "int4")`` holds float values with at most 16 levels and reads as 32 bits unless told.
 - **Scales.** An integer layer stores one 32-bit scale per tensor, or per output channel; a
@@ -51,13 +52,27 @@ from torch.nn.utils import parametrize
 
 from rlq.quant.layers import is_quantizable, output_channel_axis
 from rlq.quant.qat import WeightFakeQuant
-from rlq.quant.tensor import MAX_BITS, MIN_BITS, Precision, parse_precision
+from rlq.quant.tensor import MAX_BITS, MIN_BITS, Precision, check_bits, parse_precision
 
 SCALE_BITS = 32
 """Bits of one stored scale or zero point (float32 / int32)."""
 
 BitsSpec = int | str | Precision
 """One layer's override: integer code bits, or a precision name such as ``"int4"`` or ``"fp16"``."""
+
+WEIGHT_FORMAT = "rlq_weight_format"
+"""Attribute of a layer whose float weight holds integer levels: ``{"bits": b, "axis": a}`` (set by
+:func:`mark_weight_format_`; kept by ``copy.deepcopy``, not by ``state_dict``)."""
+
+
+def mark_weight_format_(layer: nn.Module, bits: int, axis: int | None) -> nn.Module:
+    """Return ``layer``, marked as holding ``bits``-bit symmetric levels with scales along weight ``axis``.
+
+    Conversions that bake quantized values into float tensors (``rlq.sb3.qat.convert_policy_qat_``) mark
+    their layers, so :func:`bits_per_weight` counts them at their width without an override.
+    """
+    setattr(layer, WEIGHT_FORMAT, {"bits": check_bits(bits), "axis": axis})
+    return layer
 
 
 @dataclass(frozen=True)
@@ -188,10 +203,13 @@ def _format(
     quantizers = []
     if parametrize.is_parametrized(layer, "weight"):
         quantizers = [p for p in layer.parametrizations["weight"] if isinstance(p, WeightFakeQuant)]
-    if quantizers:
-        quantizer = quantizers[-1]
-        axis = _stored_axis(layer, circulant, quantizer.axis)
-        return quantizer.bits, True, axis, 1 if axis is None else stored.shape[axis]
+    marked = getattr(layer, WEIGHT_FORMAT, None)
+    if quantizers or marked is not None:
+        bits, axis = (
+            (quantizers[-1].bits, quantizers[-1].axis) if quantizers else (marked["bits"], marked["axis"])
+        )
+        axis = _stored_axis(layer, circulant, axis)
+        return bits, True, axis, 1 if axis is None else stored.shape[axis]
     if not stored.is_floating_point():
         raise TypeError(f"layer {name!r} stores {stored.dtype} values; give its width with bits=")
     return torch.finfo(stored.dtype).bits, False, None, 0
@@ -273,10 +291,12 @@ def bits_per_weight(
 
 __all__ = [
     "SCALE_BITS",
+    "WEIGHT_FORMAT",
     "LayerStorage",
     "bits_per_weight",
     "index_bits",
     "layer_storage",
+    "mark_weight_format_",
     "relative_index_width",
     "size_report",
     "stored_values",

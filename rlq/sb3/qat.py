@@ -50,7 +50,8 @@ low-bit at once; QAT quantizes what the compression stores:
   without QAT, keep training them.
 - **Conversion.** :func:`convert_policy_qat_` bakes the quantization into the stored values and keeps
   the compression: a block-circulant layer keeps its (quantized) B-vectors, a pruned layer its mask, and
-  the converted policy computes bit for bit what the fake-quantized one did.
+  the converted policy computes bit for bit what the fake-quantized one did; each layer is marked with its
+  bit width (:func:`rlq.quant.bits.mark_weight_format_`) so that :func:`rlq.quant.bits_per_weight` counts it.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ from rlq.quant.activations import (
     attach_input_quantizers,
     input_quantizers,
 )
+from rlq.quant.bits import mark_weight_format_
 from rlq.quant.layers import output_channel_axis
 from rlq.quant.qat import weight_quantizers
 from rlq.quant.tensor import check_bits, quantize_tensor
@@ -266,6 +268,7 @@ def _bake_quantized_values_(layer: nn.Module, quantizers: list[WeightFakeQuant])
         if is_block_circulant(layer) and axis not in (None, 0):
             raise ValueError(f"a block-circulant weight quantized along axis {axis} has no per-vector scale")
         values = quantize_tensor(values, quantizer.bits, axis, symmetric=True)
+        mark_weight_format_(layer, quantizer.bits, quantizer.axis)
     with torch.no_grad():
         stored.copy_(values)
     refresh_masked_(target)
