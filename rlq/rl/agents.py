@@ -317,7 +317,9 @@ def train_agent(
         rows, saved_state = [], {}
     else:
         model = _load_checkpoint(algo, env_id, found, seed, n_envs, load_model, env_kwargs)
-        rows = pd.read_csv(ckpt_dir / f"curve_{found[0]}_steps.csv").to_dict("records")
+        rows = pd.read_csv(ckpt_dir / f"curve_{found[0]}_steps.csv", float_precision="round_trip").to_dict(
+            "records"
+        )
         saved_state = read_json(
             ckpt_dir / f"state_{found[0]}_steps.json",
             what_to_do=f"move it and model_{found[0]}_steps.zip out of {ckpt_dir} to resume from the "
