@@ -250,3 +250,43 @@ def test_trained_sparse_low_bit_actor_exports_packed_and_to_onnx(tmp_path):
     a_onnx = torch.cat([torch.as_tensor(np.asarray(onnx(o[None]))) for o in obs])
     error = ((a_onnx - a_torch).abs() * half_range).max()
     assert float(error) <= 1e-2, f"int8 ONNX differs by {float(error):.4f} action units"
+
+
+class Interrupt(BaseCallback):
+    def __init__(self, at: int):
+        super().__init__()
+        self.at = at
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.at:
+            raise KeyboardInterrupt
+        return True
+
+
+def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):
+    """A checkpoint holds the compressed float policy; on resume QAT stacks on top of it again."""
+    from rlq.rl.agents import train_agent
+    from rlq.sb3.checkpoint import load_compressed, save_compressed
+
+    hyper = {
+        "policy_kwargs": {"net_arch": [16, 16]},
+        "learning_starts": 40,
+        "buffer_size": 1000,
+        "batch_size": 16,
+    }
+    run = dict(
+        hyperparams=hyper,
+        run_dir=tmp_path,
+        checkpoint_every=40,
+        save_model=save_compressed,
+        load_model=load_compressed,
+    )
+    with pytest.raises(KeyboardInterrupt):  # after the hand-over: pruned dense layers beneath QAT
+        train_agent(
+            "TD3", "Pendulum-v1", 240, **run, callback=[QATCallback(BITS), gst("TD3"), Interrupt(200)]
+        )
+    qat, compression = QATCallback(BITS), gst("TD3")
+    result = train_agent("TD3", "Pendulum-v1", 240, **run, callback=[qat, compression])
+    assert result.resumed_from == 200 and result.model.num_timesteps == 240
+    assert compression.compression_ratio() > 0.5
+    assert_stored_values_quantized(result.model.policy, qat.layers)

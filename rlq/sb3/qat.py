@@ -94,6 +94,8 @@ log = logging.getLogger(__name__)
 
 QAT_FILE = "rlq_qat.json"
 _ORIGINAL = "parametrizations.weight.original"
+#: a QAT layer's keys -> the plain layer's (a mask beneath QAT is torch.nn.utils.prune's on the plain layer)
+_PLAIN_KEYS = {_ORIGINAL: "weight", f"{_ORIGINAL}_orig": "weight_orig", f"{_ORIGINAL}_mask": "weight_mask"}
 _HOOKED = "_rlq_qat_state_dict_hooks"
 
 
@@ -110,10 +112,11 @@ def _input_quantizer(layer: nn.Module) -> ActivationQuantizer | None:
 
 
 def _plain_state_dict(layer: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
-    """State-dict post-hook: store a QAT layer as the plain layer it wraps (latent float weight, no quantizer)."""
-    key = prefix + _ORIGINAL
-    if _pure_qat(layer) and key in state_dict:
-        state_dict[prefix + "weight"] = state_dict.pop(key)
+    """State-dict post-hook: store a QAT layer as the plain (maybe pruned) layer it wraps, without quantizer."""
+    if _pure_qat(layer):
+        for stacked, plain in _PLAIN_KEYS.items():
+            if prefix + stacked in state_dict:
+                state_dict[prefix + plain] = state_dict.pop(prefix + stacked)
     if _input_quantizer(layer) is not None:
         for name in ("min_val", "max_val"):
             state_dict.pop(f"{prefix}{INPUT_QUANTIZER}.{name}", None)
@@ -130,8 +133,10 @@ def _accept_plain_state_dict(
     error_msgs: list,
 ) -> None:
     """Load-state-dict pre-hook: load a plain layer's state (what :func:`_plain_state_dict` wrote) into a QAT layer."""
-    if _pure_qat(layer) and prefix + "weight" in state_dict and prefix + _ORIGINAL not in state_dict:
-        state_dict[prefix + _ORIGINAL] = state_dict.pop(prefix + "weight")
+    if _pure_qat(layer):
+        for stacked, plain in _PLAIN_KEYS.items():
+            if prefix + plain in state_dict and prefix + stacked not in state_dict:
+                state_dict[prefix + stacked] = state_dict.pop(prefix + plain)
     quantizer = _input_quantizer(layer)
     if quantizer is not None:  # ranges are not part of the plain state: keep the current ones
         for name in ("min_val", "max_val"):
