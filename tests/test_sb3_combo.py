@@ -35,12 +35,13 @@ def one_thread():
 
 def tiny(algo: str):
     hyper: dict = {"policy_kwargs": {"net_arch": [16, 16]}}
-    if algo in ("TD3", "SAC"):
+    if algo in ("TD3", "SAC", "DQN"):
         hyper |= {"learning_starts": 40, "buffer_size": 1000, "batch_size": 16}
-        env_id = "Pendulum-v1"
-    else:
+    if algo == "DQN":
+        hyper |= {"target_update_interval": 10, "train_freq": 2, "gradient_steps": 1}
+    if algo == "PPO":
         hyper |= {"n_steps": 32, "batch_size": 16, "n_epochs": 2}
-        env_id = "CartPole-v1"
+    env_id = "Pendulum-v1" if algo in ("TD3", "SAC") else "CartPole-v1"
     return env_id, make_model(algo, env_id, seed=0, hyperparams=hyper)
 
 
@@ -157,7 +158,9 @@ def check_conversion(model, env_id, names, convert=convert_policy_qat_) -> None:
     assert_quantized_and_masked(model.policy, names)
 
 
-@pytest.mark.parametrize(("algo", "qat_first"), [("TD3", True), ("TD3", False), ("SAC", True)])
+@pytest.mark.parametrize(
+    ("algo", "qat_first"), [("TD3", True), ("TD3", False), ("SAC", True), ("PPO", False), ("DQN", True)]
+)
 def test_gst_and_qat_in_one_learn(algo, qat_first):
     env_id, model = tiny(algo)
     qat = QATCallback(bits=BITS, delay_steps=0, convert_at_end=False)
