@@ -12,7 +12,8 @@ Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3`
 - :func:`measure_latency`, :func:`compare_backends`, :func:`fastest_backend`: choosing by measurement.
 - :func:`model_size_bytes`, :func:`relative_change`, :func:`pack_state_dict`: sizes for reporting and sending.
 - :func:`bits_per_weight`, :func:`size_report`: weight storage in bits as an export stores it (values at
-  their width, sparse indices, scales), per layer and overall.
+  their width, sparse indices, scales), per layer and overall; :func:`save_packed` / :func:`load_packed`
+  write exactly that to a file and read it back as dense weights.
 """
 
 from rlq.quant.activations import ActivationQuantizer
@@ -23,7 +24,14 @@ from rlq.quant.noise import perturb_weights, quantization_step
 from rlq.quant.onnx_backend import OnnxPolicy, export_onnx
 from rlq.quant.ptq import CastPrecision, LayerHolder, ptq
 from rlq.quant.qat import WeightFakeQuant, convert_qat_, is_qat, prepare_qat_, set_qat_enabled
-from rlq.quant.size import model_size_bytes, pack_state_dict, relative_change, unpack_state_dict
+from rlq.quant.size import (
+    load_packed,
+    model_size_bytes,
+    pack_state_dict,
+    relative_change,
+    save_packed,
+    unpack_state_dict,
+)
 from rlq.quant.tensor import Precision, parse_precision, quantize_tensor
 
 __all__ = [
@@ -40,6 +48,7 @@ __all__ = [
     "export_onnx",
     "fastest_backend",
     "is_qat",
+    "load_packed",
     "measure_latency",
     "model_size_bytes",
     "pack_state_dict",
@@ -51,6 +60,7 @@ __all__ = [
     "quantization_step",
     "quantize_tensor",
     "relative_change",
+    "save_packed",
     "set_qat_enabled",
     "size_report",
     "unpack_state_dict",

@@ -14,6 +14,10 @@ shares (layers, targets, optimizer state, history, checkpoints) is
     model.learn(100_000, callback=gst)
     gst.history                      # one row per action and every ``log_every`` steps
     gst.average_compression_ratio()  # GST's headline measure
+
+Sparse and low-bit at once: add :class:`rlq.sb3.qat.QATCallback` to the same ``learn`` (either order);
+QAT then quantizes the stored B-vectors and kept weights (see :mod:`rlq.sb3.qat`, "Training together with
+compression"). Without QAT nothing here changes.
 """
 
 from __future__ import annotations
