@@ -293,3 +293,20 @@ def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):
     assert result.resumed_from == 200 and result.model.num_timesteps == 240
     assert compression.compression_ratio() > 0.5
     assert_stored_values_quantized(result.model.policy, qat.layers)
+
+
+def test_activation_quantization_composes_too():
+    """Input quantizers sit on the layers, not on the weights: structural changes leave them in place.
+
+    Their ranges keep moving while they observe (also in evaluation), so they are frozen before comparing.
+    """
+    from rlq.quant.activations import input_quantizers
+
+    env_id, model = tiny("TD3")
+    qat = QATCallback(bits=BITS, delay_steps=0, convert_at_end=False, activations=True)
+    model.learn(240, callback=[gst("TD3"), qat, Invariants(qat)])
+    quantizers = input_quantizers(model.policy)
+    assert len(quantizers) == len(qat.layers) and all(q.has_range for q in quantizers)
+    for quantizer in quantizers:
+        quantizer.observing = False
+    check_conversion(model, env_id, qat.layers)
