@@ -1,4 +1,5 @@
-"""rlq.rl.parallel.run_jobs: results in job order, in this process or in spawned workers, errors propagate."""
+"""rlq.rl.parallel.run_jobs: results in job order, in this process, in spawned workers or on Ray; a failing job
+does not stop the others; results saved per job and loaded instead of rerun."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 
 import pytest
 
-from rlq.rl.parallel import run_jobs
+from rlq.rl.parallel import ResultStore, run_jobs
 
 
 def test_in_process_results_follow_job_order_and_report_each():
@@ -24,11 +25,78 @@ def test_workers_run_in_other_processes_and_keep_job_order():
     assert all(pid != os.getpid() for pid, _ in results)
 
 
-def test_a_failing_job_raises_its_error():
-    with pytest.raises(ZeroDivisionError):
-        run_jobs(divmod_job, [{"a": 1, "b": 1}, {"a": 1, "b": 0}], workers=2)
+def test_a_failing_job_raises_its_error_after_the_others_finished(tmp_path):
+    seen = []
+    with pytest.raises(ZeroDivisionError) as raised:
+        run_jobs(
+            divmod_job, [{"a": 1, "b": 0}, {"a": 7, "b": 2}, {"a": 9, "b": 4}], workers=2,
+            on_result=lambda i, r: seen.append(i),
+        )  # fmt: skip
+    assert sorted(seen) == [1, 2] and "1 of 3 jobs failed: job 1: ZeroDivisionError" in str(
+        raised.value.__notes__
+    )
     with pytest.raises(ZeroDivisionError):
         run_jobs(divmod_job, [{"a": 1, "b": 0}])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_keep_going_returns_none_for_failed_jobs_and_lists_them_with_their_keys(workers):
+    jobs = [{"a": 1, "b": 0, "keys": {"seed": 0}}, {"a": 7, "b": 2, "keys": {"seed": 1}}]
+    results = run_jobs(keyed_divmod, jobs, workers=workers, on_error="keep", labels=["s0", "s1"])
+    assert list(results) == [None, (3, 1)]
+    (failure,) = results.failures
+    assert failure.index == 0 and failure.keys == {"seed": 0} and failure.label == "s0"
+    assert failure.error == "ZeroDivisionError: integer division or modulo by zero"
+    assert "ZeroDivisionError" in failure.traceback
+    assert failure.as_dict() == {"label": "s0", "keys": {"seed": 0}, "error": failure.error}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_saved_results_are_loaded_and_only_the_jobs_without_one_run_again(tmp_path, workers):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    jobs = [{"a": n, "b": 3 - n, "keys": {"n": n}, "calls": str(calls)} for n in range(4)]  # n=3 fails
+    first = run_jobs(counted_divmod, jobs, workers=workers, store=tmp_path / "jobs", on_error="keep")
+    assert [f.keys for f in first.failures] == [{"n": 3}] and len(list(calls.iterdir())) == 4
+    assert len(list((tmp_path / "jobs").glob("*.pkl"))) == 3  # one file per finished job
+    jobs[3]["b"] = 1  # "fixed": the resumed run succeeds
+    seen = []
+    second = run_jobs(
+        counted_divmod, jobs, workers=workers, store=tmp_path / "jobs", on_result=lambda i, r: seen.append(i)
+    )
+    assert list(second) == [divmod(n, 3 - n) if n < 3 else (3, 0) for n in range(4)]
+    assert second.loaded == [0, 1, 2] and sorted(seen) == [0, 1, 2, 3]
+    assert sorted(p.name for p in calls.iterdir()) == [
+        "0-1",
+        "1-1",
+        "2-1",
+        "3-1",
+        "3-2",
+    ]  # only n=3 ran again
+    third = run_jobs(counted_divmod, jobs, store=tmp_path / "jobs")
+    assert third == second and third.loaded == [0, 1, 2, 3]
+
+
+def test_a_damaged_saved_result_runs_again(tmp_path):
+    store = ResultStore(tmp_path)
+    path = store.save({"seed": 0}, 42)
+    assert store.load({"seed": 0}) == (True, 42) and store.load({"seed": 1}) == (False, None)
+    path.write_bytes(b"not a pickle")
+    assert store.load({"seed": 0}) == (False, None)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"executor": "threads"}, "executor must be one of processes|ray"),
+        ({"on_error": "ignore"}, "on_error must be"),
+        ({"resources": {"gpus": 1}}, "unknown key"),
+        ({"resources": {"num_cpus": -1}}, "num_cpus"),
+    ],
+)
+def test_bad_options_name_the_problem(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_jobs(divmod_job, [{"a": 1, "b": 1}], **kwargs)
 
 
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
@@ -45,6 +113,19 @@ def pid_and_divmod(a: int, b: int) -> tuple[int, tuple[int, int]]:
     return os.getpid(), divmod(a, b)
 
 
+def keyed_divmod(a: int, b: int, keys: dict) -> tuple[int, int]:
+    return divmod(a, b)
+
+
+def counted_divmod(a: int, b: int, keys: dict, calls: str) -> tuple[int, int]:
+    """divmod, leaving a file ``<n>-<call count>`` in ``calls`` for every call."""
+    n = 1
+    while os.path.exists(os.path.join(calls, f"{keys['n']}-{n}")):
+        n += 1
+    open(os.path.join(calls, f"{keys['n']}-{n}"), "w").close()
+    return divmod(a, b)
+
+
 def test_worker_processes_report_each_job_into_the_run_s_progress_file(tmp_path, monkeypatch):
     from rlq.core.progress import PROGRESS_FILE_ENV, ProgressReader
 
@@ -52,7 +133,7 @@ def test_worker_processes_report_each_job_into_the_run_s_progress_file(tmp_path,
     monkeypatch.setenv(PROGRESS_FILE_ENV, str(events_file))
     jobs = [{"a": n, "b": 3 - n} for n in range(4)]  # the last divides by zero
     with pytest.raises(ZeroDivisionError):
-        run_jobs(pid_and_divmod, jobs, workers=2, labels=["a", "b", "c", "d"])
+        run_jobs(pid_and_divmod, jobs, workers=2, labels=["a", "b", "c", "d"])  # the others still finish
     events = ProgressReader(events_file, from_end=False).read()
     assert events[0]["event"] == "jobs" and events[0]["labels"] == ["a", "b", "c", "d"]
     ends = {e["id"]: e for e in events if e["event"] == "job_end"}
@@ -60,4 +141,102 @@ def test_worker_processes_report_each_job_into_the_run_s_progress_file(tmp_path,
     assert starts and all(e["pid"] != os.getpid() for e in starts)  # written by the workers themselves
     failed = ends[events[0]["ids"][3]]
     assert failed["status"] == "failed" and failed["error"].startswith("ZeroDivisionError")
-    assert {e["status"] for e in ends.values()} <= {"ok", "failed", "cancelled"}
+    assert [ends[i]["status"] for i in events[0]["ids"]] == ["ok", "ok", "ok", "failed"]
+
+
+# --------------------------------------------------------------------------------------------------------
+# executor="ray": one local Ray instance of 2 CPUs for this module (Ray's start-up costs 12-15 s here)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray of 2 CPUs, started before the tests (run_jobs must use it and leave it running)."""
+    ray = pytest.importorskip("ray")
+    from rlq.rl.parallel import ray_init_kwargs
+
+    assert not ray.is_initialized()
+    ray.init(**ray_init_kwargs(2, {"num_cpus": 1}, None))
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_returns_what_processes_return_and_reports_each_job(local_ray, tmp_path, monkeypatch):
+    from rlq.core.progress import PROGRESS_FILE_ENV, ProgressReader
+
+    events_file = tmp_path / "progress.jsonl"
+    monkeypatch.setenv(PROGRESS_FILE_ENV, str(events_file))  # set after Ray started: tasks get it anyway
+    jobs = [{"a": n, "b": 3} for n in range(5)]
+    on_ray = run_jobs(
+        pid_and_divmod, jobs, workers=2, executor="ray", resources={"num_cpus": 1, "num_gpus": 0}
+    )
+    assert (
+        [r[1] for r in on_ray]
+        == [r[1] for r in run_jobs(pid_and_divmod, jobs)]
+        == [divmod(n, 3) for n in range(5)]
+    )
+    assert all(pid != os.getpid() for pid, _ in on_ray) and local_ray.is_initialized()
+    events = ProgressReader(events_file, from_end=False).read()
+    ray_ids = events[0]["ids"]
+    starts = [e for e in events if e["event"] == "job_start" and e["id"] in ray_ids]
+    ends = [e for e in events if e["event"] == "job_end" and e["id"] in ray_ids]
+    assert len(starts) == 5 and all(e["pid"] != os.getpid() for e in starts)  # written by the Ray workers
+    assert sorted(e["id"] for e in ends) == sorted(ray_ids) and {e["status"] for e in ends} == {"ok"}
+
+
+def test_ray_keeps_the_others_when_a_job_fails_and_a_resume_runs_only_the_missing(local_ray, tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    jobs = [{"a": n, "b": 3 - n, "keys": {"n": n}, "calls": str(calls)} for n in range(4)]  # n=3 fails
+    first = run_jobs(
+        counted_divmod, jobs, workers=2, executor="ray", store=tmp_path / "jobs", on_error="keep"
+    )
+    assert list(first) == [(0, 0), (0, 1), (2, 0), None]
+    (failure,) = first.failures
+    assert failure.keys == {"n": 3} and failure.error.startswith("ZeroDivisionError")
+    jobs[3]["b"] = 1
+    second = run_jobs(counted_divmod, jobs, workers=2, executor="ray", store=tmp_path / "jobs")
+    assert second[3] == (3, 0) and second.loaded == [0, 1, 2]
+    assert sorted(p.name for p in calls.iterdir()) == ["0-1", "1-1", "2-1", "3-1", "3-2"]
+    with pytest.raises(ZeroDivisionError):  # the job's own error type, as with processes
+        run_jobs(divmod_job, [{"a": 1, "b": 0}, {"a": 1, "b": 1}], executor="ray", workers=2)
+    (array,) = run_jobs(np_ones, [{"n": 3}], executor="ray")
+    array += 1  # results from the object store come back writable
+    assert array.tolist() == [2.0, 2.0, 2.0]
+
+
+def np_ones(n: int):
+    import numpy as np
+
+    return np.ones(n)
+
+
+# --------------------------------------------------------------------------------------------------------
+# a notebook's runs (GST's train_and_evaluate_all): failed runs listed in results.json, a resume trains only them
+
+
+def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
+    import json
+
+    from rlq.experiments.gst import train_and_evaluate_all
+    from rlq.rl.parallel import JobsFailed
+
+    hyper = {"policy_kwargs": {"net_arch": [8]}, "n_steps": 16, "batch_size": 16, "n_epochs": 1}
+    jobs = [
+        dict(method=method, algo="PPO", env_id="CartPole-v1", total_timesteps=32, seed=0, eval_episodes=1,
+             keys={"method": method}, hyperparams=hyper, run_dir=tmp_path / "runs" / method)
+        for method in ("dense", "nope")
+    ]  # fmt: skip
+    (tmp_path / "results.json").write_text('{"status": "running"}')
+    with pytest.raises(JobsFailed, match="1 of 2 jobs failed") as raised:
+        train_and_evaluate_all(jobs, out=tmp_path)
+    assert [f.keys for f in raised.value.failures] == [{"method": "nope"}]
+    recorded = json.loads((tmp_path / "results.json").read_text())
+    assert recorded["status"] == "running" and recorded["failed_jobs"][0]["keys"] == {"method": "nope"}
+    (saved,) = (tmp_path / "jobs").glob("*.pkl")
+    results, tables = train_and_evaluate_all(jobs, out=tmp_path, allow_failed=True)
+    assert [r["keys"] for r in results] == [{"method": "dense"}] and len(tables["summary"]) == 1
+    jobs[1]["method"] = "dense"  # "fixed"; its keys stay
+    stamp = saved.stat().st_mtime_ns
+    results, tables = train_and_evaluate_all(jobs, out=tmp_path)
+    assert len(results) == 2 and saved.stat().st_mtime_ns == stamp  # the finished run was loaded, not retrained
+    assert json.loads((tmp_path / "results.json").read_text())["failed_jobs"] == []

@@ -1,22 +1,46 @@
-"""Run independent jobs (one training run per seed and method) in worker processes.
+"""Run independent jobs (one training run per seed and method) in worker processes or on a Ray cluster.
 
-Notebooks list their runs as jobs (keyword dicts for one top-level function) and call
-:func:`run_jobs`: ``workers=1`` runs them one after another in this process (what tests and 2-core
-machines use for predictability); ``workers > 1`` starts that many fresh processes (``spawn``: no forked
-PyTorch thread pools) and returns the results in job order, so a machine with more cores trains seeds and
-methods side by side. Each job must set its own thread count (``torch_threads``) and write into its own
-folder; functions and results must be picklable.
+Notebooks list their runs as jobs (keyword dicts for one top-level function) and call :func:`run_jobs`:
 
-Every job reports its start and end as progress events (:mod:`rlq.core.progress`), and the trainings inside
-it report under the job, so ``rlq run`` and JupyterLab show which jobs are done, running or failed, with a
-bar per running job.
+- ``executor="processes"`` (the default): ``workers=1`` runs the jobs one after another in this process
+  (what tests and 2-core machines use for predictability); ``workers > 1`` starts that many fresh processes
+  (``spawn``: no forked PyTorch thread pools).
+- ``executor="ray"``: each job is a Ray task, at most ``workers`` at a time, each asking for ``resources``
+  (default one CPU). Ray joins the cluster at ``ray_address`` (``"auto"``: the one ``ray start`` started on
+  this machine) or starts a local instance of ``workers`` CPUs; Ray started here is shut down at the end,
+  a Ray already running in this process is used and left running.
+
+Results come back to this process (through Ray's object store on a cluster) and are returned in job order.
+With ``store`` (a run folder's ``jobs/``), each result is also saved there as it arrives, keyed by the job's
+``keys``; a later call with the same store loads the saved results and runs only the other jobs, which is
+how ``rlq run --resume`` retrains only what is missing. Jobs themselves write their checkpoints into the
+folders they are given: resuming a job part-way needs those folders on a file system every worker shares,
+while finished results need nothing shared.
+
+A job that raises does not stop the others. ``on_error="raise"`` (default) re-raises the first failure
+once every job has ended (the others' results are saved by then); ``on_error="keep"`` returns ``None`` in
+its place and lists it in the returned :class:`JobResults`' ``failures``.
+
+Each job must set its own thread count (``torch_threads``) and write into its own folder; functions, jobs
+and results must be picklable. Every job reports its start and end as progress events
+(:mod:`rlq.core.progress`), Ray tasks included, so ``rlq run`` and JupyterLab show a bar over the jobs
+(finished, failed, running) and a bar per running training.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import multiprocessing
+import os
+import pickle
+import re
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from rlq.core import progress
@@ -26,6 +50,130 @@ T = TypeVar("T")
 
 POLL_SECONDS = 0.5
 """Seconds between two looks at the workers' progress while waiting for them."""
+EXECUTORS = ("processes", "ray")
+"""Where :func:`run_jobs` runs jobs."""
+JOBS_FOLDER = "jobs"
+"""The folder of a run folder that holds each finished job's result (:class:`ResultStore`)."""
+ENV_PREFIX = "RLQ_"
+"""Environment variables of this process that Ray tasks get too (progress file, run folder, notebooks)."""
+
+
+@dataclass
+class JobFailure:
+    """A job that raised: its position, label, ``keys`` and error (``"Type: message"``) with traceback."""
+
+    index: int
+    label: str
+    keys: dict[str, Any]
+    error: str
+    traceback: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the failure as a JSON-ready dict (label, keys, error), as results.json lists it."""
+        return {"label": self.label, "keys": self.keys, "error": self.error}
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs failed (``failures``) while the others finished: what a caller raises when it needs them all."""
+
+    def __init__(self, failures: Sequence[JobFailure], total: int):
+        self.failures = list(failures)
+        lines = [f"{len(self.failures)} of {total} jobs failed (the others' results are kept):"]
+        lines += [f"  {f.label}: {f.error}" for f in self.failures]
+        if self.failures and self.failures[0].traceback:
+            lines += [f"first failure ({self.failures[0].label}):", self.failures[0].traceback.rstrip()]
+        super().__init__("\n".join(lines))
+
+
+class JobResults(list):
+    """The jobs' results in job order (``None`` for a failed job), with ``failures`` and ``loaded`` indices."""
+
+    def __init__(
+        self, results: Sequence[Any], failures: Sequence[JobFailure] = (), loaded: Sequence[int] = ()
+    ):
+        super().__init__(results)
+        self.failures = list(failures)
+        self.loaded = list(loaded)
+
+
+class ResultStore:
+    """Each finished job's result as one pickle file in ``folder``, named after and keyed by the job's keys.
+
+    A job's key is its ``keys`` dict when it has one (GST's and QuaRL's jobs do), else its label.
+    """
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    @staticmethod
+    def key(job: dict[str, Any], label: str) -> dict[str, Any]:
+        """Return the key a job's result is saved under."""
+        keys = job.get("keys")
+        return dict(keys) if isinstance(keys, dict) and keys else {"label": label}
+
+    def path(self, key: dict[str, Any]) -> Path:
+        """Return the file of the result saved under ``key``."""
+        text = json.dumps(key, sort_keys=True, default=str)
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", "__".join(f"{k}-{v}" for k, v in key.items()))[:80]
+        return self.folder / f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:10]}.pkl"
+
+    def load(self, key: dict[str, Any]) -> tuple[bool, Any]:
+        """Return ``(True, result)`` when a result is saved under ``key``, else ``(False, None)``."""
+        try:
+            with open(self.path(key), "rb") as f:
+                saved = pickle.load(f)
+        except Exception:  # noqa: BLE001 -- missing, half written or no longer loadable: run the job again
+            return False, None
+        if not isinstance(saved, dict) or saved.get("key") != json.loads(json.dumps(key, default=str)):
+            return False, None
+        return True, saved["result"]
+
+    def save(self, key: dict[str, Any], result: Any) -> Path:
+        """Return the file that now holds ``result`` under ``key`` (written whole, then renamed into place)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.path(key)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            pickle.dump({"key": json.loads(json.dumps(key, default=str)), "result": result}, f)
+        os.replace(tmp, path)
+        return path
+
+
+@dataclass
+class _Batch:
+    """One run_jobs call's bookkeeping: what runs, what finished, and what to tell whom."""
+
+    func: Callable[..., Any]
+    jobs: list[dict[str, Any]]
+    labels: list[str]
+    ids: list[str]
+    store: ResultStore | None
+    on_result: Callable[[int, Any], None] | None
+    results: list[Any] = field(default_factory=list)
+    failures: list[JobFailure] = field(default_factory=list)
+    errors: dict[int, BaseException] = field(default_factory=dict)
+
+    def finished(self, index: int, result: Any) -> None:
+        self.results[index] = result
+        if self.store is not None:
+            self.store.save(ResultStore.key(self.jobs[index], self.labels[index]), result)
+        if self.on_result is not None:
+            self.on_result(index, result)
+
+    def failed(self, index: int, exc: BaseException, crashed: bool = False) -> None:
+        cause = getattr(exc, "cause", None) or exc  # a Ray task's error wraps the job's own
+        keys = self.jobs[index].get("keys")
+        text = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        self.failures.append(
+            JobFailure(index, self.labels[index], dict(keys) if isinstance(keys, dict) else {},
+                       progress.error_text(cause), text)
+        )  # fmt: skip
+        self.errors[index] = cause
+        if crashed:  # the worker died: nobody else reports the job's end
+            progress.emit("job_end", id=self.ids[index], status="failed", error=progress.error_text(cause))
+        logging.getLogger(__name__).warning(
+            "job %s failed: %s", self.labels[index], progress.error_text(cause)
+        )
 
 
 def run_jobs(
@@ -34,54 +182,202 @@ def run_jobs(
     workers: int = 1,
     on_result: Callable[[int, T], None] | None = None,
     labels: Sequence[str] | None = None,
-) -> list[T]:
-    """Return ``[func(**job) for job in jobs]``, computed by ``workers`` processes (1: in this process).
+    *,
+    executor: str = "processes",
+    ray_address: str | None = None,
+    resources: dict[str, float] | None = None,
+    store: str | Path | None = None,
+    on_error: str = "raise",
+) -> JobResults:
+    """Return ``[func(**job) for job in jobs]`` (a :class:`JobResults`), computed ``workers`` at a time.
 
-    ``on_result(index, result)`` is called as each job finishes (in completion order), e.g. to print a
-    line of progress. The first job that raises stops the pool (pending jobs are cancelled) and its
-    exception propagates. ``labels`` name the jobs in progress bars and lines (default ``job 1``, ...).
+    ``executor``: ``"processes"`` (``workers=1``: in this process) or ``"ray"`` (tasks on a local Ray or on
+    the cluster at ``ray_address``, each with ``resources`` such as ``{"num_cpus": 1, "num_gpus": 0}``).
+    ``on_result(index, result)`` is called as each job finishes (in completion order; results loaded from
+    ``store`` first). ``labels`` name the jobs in progress bars and lines (default ``job 1``, ...).
+    ``store``: a folder where each result is saved as it arrives and from which saved ones are loaded
+    instead of run. ``on_error``: ``"raise"`` the first job's error after all jobs ended, or ``"keep"``
+    going (``None`` in its place, listed in ``.failures``).
     """
     workers = check_positive_int("workers", workers)
     if not callable(func):
         raise TypeError(f"func must be callable, got {func!r}")
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {'|'.join(EXECUTORS)}, got {executor!r}")
+    if on_error not in ("raise", "keep"):
+        raise ValueError(f"on_error must be 'raise' or 'keep', got {on_error!r}")
+    resources = _check_resources(resources)
     jobs = [dict(job) for job in jobs]
     labels = [str(label) for label in labels] if labels is not None else []
     if labels and len(labels) != len(jobs):
         raise ValueError(f"{len(labels)} labels for {len(jobs)} jobs")
     labels = labels or [f"job {i + 1}" for i in range(len(jobs))]
-    batch = progress.new_id()
-    ids = [f"{batch}.{i}" for i in range(len(jobs))]
-    if jobs:
-        progress.emit("jobs", ids=ids, labels=labels)
-    results: list[Any] = [None] * len(jobs)
-    if workers == 1 or len(jobs) <= 1:
-        for index, job in enumerate(jobs):
-            results[index] = run_job(func, ids[index], labels[index], job)
-            if on_result is not None:
-                on_result(index, results[index])
-        return results
+    batch_id = progress.new_id()
+    batch = _Batch(
+        func, jobs, labels, [f"{batch_id}.{i}" for i in range(len(jobs))],
+        ResultStore(store) if store is not None else None, on_result, [None] * len(jobs),
+    )  # fmt: skip
+    loaded = _load_saved(batch)
+    pending = [i for i in range(len(jobs)) if i not in loaded]
+    if pending:
+        progress.emit("jobs", ids=[batch.ids[i] for i in pending], labels=[labels[i] for i in pending])
+    if executor == "ray" and pending:
+        _run_on_ray(batch, pending, workers, ray_address, resources)
+    elif workers == 1 or len(pending) <= 1:
+        for index in pending:
+            try:
+                result = run_job(func, batch.ids[index], labels[index], jobs[index])
+            except Exception as exc:  # the other jobs go on; KeyboardInterrupt stops them all
+                batch.failed(index, exc)
+            else:
+                batch.finished(index, result)
+    else:
+        _run_in_processes(batch, pending, workers)
+    if batch.failures and on_error == "raise":
+        first = batch.failures[0]
+        error = batch.errors[first.index]
+        if len(batch.failures) > 1 or len(jobs) > 1:
+            error.add_note(
+                f"{len(batch.failures)} of {len(jobs)} jobs failed: "
+                + "; ".join(f"{f.label}: {f.error}" for f in batch.failures)
+            )
+        raise error
+    return JobResults(batch.results, sorted(batch.failures, key=lambda f: f.index), sorted(loaded))
+
+
+def _check_resources(resources: dict[str, float] | None) -> dict[str, float]:
+    resources = dict(resources or {})
+    unknown = sorted(set(resources) - {"num_cpus", "num_gpus", "memory", "resources"})
+    if unknown:
+        raise ValueError(f"resources: unknown key(s) {unknown}; use num_cpus, num_gpus, memory, resources")
+    for name in ("num_cpus", "num_gpus"):
+        value = resources.get(name, 1 if name == "num_cpus" else 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"resources[{name!r}] must be a number >= 0, got {value!r}")
+        resources[name] = value
+    return resources
+
+
+def _load_saved(batch: _Batch) -> set[int]:
+    if batch.store is None:
+        return set()
+    paths = [batch.store.path(ResultStore.key(job, batch.labels[i])) for i, job in enumerate(batch.jobs)]
+    if len(set(paths)) != len(paths):
+        raise ValueError("store: two jobs share the same keys (or labels); give each job its own `keys`")
+    loaded = set()
+    for index, job in enumerate(batch.jobs):
+        found, result = batch.store.load(ResultStore.key(job, batch.labels[index]))
+        if found:
+            batch.results[index] = result
+            loaded.add(index)
+            if batch.on_result is not None:
+                batch.on_result(index, result)
+    return loaded
+
+
+def _run_in_processes(batch: _Batch, pending: list[int], workers: int) -> None:
     context = multiprocessing.get_context("spawn")
     with (
         progress.relay_to_this_process() as poll,
-        ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool,
+        ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context) as pool,
     ):
-        futures = {pool.submit(run_job, func, ids[i], labels[i], job): i for i, job in enumerate(jobs)}
+        futures = {
+            pool.submit(run_job, batch.func, batch.ids[i], batch.labels[i], batch.jobs[i]): i for i in pending
+        }
         try:
-            pending: set[Future] = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+            waiting: set[Future] = set(futures)
+            while waiting:
+                done, waiting = wait(waiting, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
                 poll()
                 for future in done:
                     index = futures[future]
-                    results[index] = future.result()
-                    if on_result is not None:
-                        on_result(index, results[index])
+                    try:
+                        result = future.result()
+                    except Exception as exc:
+                        batch.failed(index, exc, crashed=_crashed(exc))
+                    else:
+                        batch.finished(index, result)
         except BaseException:
             for future, index in futures.items():
                 if future.cancel():
-                    progress.emit("job_end", id=ids[index], status="cancelled")
+                    progress.emit("job_end", id=batch.ids[index], status="cancelled")
             raise
-    return results
+
+
+def _crashed(exc: BaseException) -> bool:
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(exc, BrokenProcessPool)
+
+
+def ray_init_kwargs(workers: int, resources: dict[str, float], address: str | None) -> dict[str, Any]:
+    """Return ``ray.init``'s arguments: quiet, no dashboard; ``address`` joins a cluster, else a local Ray.
+
+    A local Ray gets CPUs for ``workers`` jobs of ``resources["num_cpus"]`` each (GPUs are detected).
+    """
+    kwargs: dict[str, Any] = dict(
+        include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, configure_logging=True
+    )
+    if address:
+        return {"address": address, **kwargs}
+    cpus = max(1, int(round(workers * max(resources.get("num_cpus", 1), 1))))
+    return {"num_cpus": cpus, **kwargs}
+
+
+def _run_on_ray(
+    batch: _Batch, pending: list[int], workers: int, address: str | None, resources: dict[str, float]
+) -> None:
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(**ray_init_kwargs(workers, resources, address))
+    options = {k: v for k, v in resources.items() if k != "resources" or v}
+    remote = ray.remote(_ray_task).options(max_retries=0, **options)
+    func_ref = ray.put(batch.func)
+    inflight: dict[Any, int] = {}
+    try:
+        with progress.relay_to_this_process() as poll:
+            env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+            queue = list(pending)
+            while queue or inflight:
+                while queue and len(inflight) < workers:
+                    i = queue.pop(0)
+                    ref = remote.remote(func_ref, batch.ids[i], batch.labels[i], batch.jobs[i], env)
+                    inflight[ref] = i
+                done, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_SECONDS)
+                poll()
+                for ref in done:
+                    index = inflight.pop(ref)
+                    try:
+                        # a copy: arrays from the object store are read-only views
+                        result = pickle.loads(pickle.dumps(ray.get(ref)))
+                    except Exception as exc:
+                        batch.failed(index, exc, crashed=not isinstance(exc, ray.exceptions.RayTaskError))
+                    else:
+                        batch.finished(index, result)
+    except BaseException:
+        for ref, index in inflight.items():
+            ray.cancel(ref, force=True)
+            progress.emit("job_end", id=batch.ids[index], status="cancelled")
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _ray_task(func: Callable[..., T], job_id: str, label: str, job: dict[str, Any], env: dict[str, str]) -> T:
+    """Return ``run_job(...)`` in a Ray worker, with the driver's ``RLQ_*`` variables set while it runs."""
+    previous = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+    for name in previous:
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    try:
+        return run_job(func, job_id, label, job)
+    finally:
+        for name in env:
+            os.environ.pop(name, None)
+        os.environ.update(previous)
 
 
 def run_job(func: Callable[..., T], job_id: str, label: str, job: dict[str, Any]) -> T:

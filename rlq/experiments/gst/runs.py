@@ -11,9 +11,11 @@ import pandas as pd
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from rlq.core.jsonio import read_json, write_json
 from rlq.core.validation import check_positive_int
+from rlq.experiments.runs import RESULTS_FILE
 from rlq.rl.evaluate import EVAL_SEED_OFFSET
-from rlq.rl.parallel import run_jobs
+from rlq.rl.parallel import JOBS_FOLDER, JobFailure, JobsFailed, run_jobs
 from rlq.sb3.compression import CompressionCallback
 from rlq.sb3.gst import GSTCallback
 from rlq.sb3.pruning import GradualPruningCallback
@@ -206,11 +208,20 @@ def train_and_evaluate_all(
     on_result: Callable[[int, dict[str, Any]], None] | None = None,
     tables: Sequence[str] = RUN_TABLES,
     progress: Callable[[str], Any] | None = None,
+    executor: str = "processes",
+    ray_address: str | None = None,
+    resources: dict[str, float] | None = None,
+    allow_failed: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, pd.DataFrame]]:
     """Return every run's result and the runs' tables stacked (:data:`RUN_TABLES`), after training them all.
 
-    Runs :func:`train_and_evaluate` on each job (keyword arguments) in ``workers`` processes through
-    :func:`rlq.rl.parallel.run_jobs`, calling ``on_result(index, result)`` as each finishes. ``summary`` has
+    Runs :func:`train_and_evaluate` on each job (keyword arguments), ``workers`` at a time, in processes or on
+    Ray (``executor``, ``ray_address``, ``resources``: see :func:`rlq.rl.parallel.run_jobs`), calling
+    ``on_result(index, result)`` as each finishes. With ``out``, each run's result is saved in ``out/jobs/``
+    as it arrives and a resumed notebook loads it instead of training again. A failed run does not stop the
+    others; ``results.json`` in ``out`` lists the failed runs under ``failed_jobs`` and, unless
+    ``allow_failed`` (then the results and tables hold only the runs that finished), :class:`JobsFailed`
+    is raised once the others are done, so the run fails and ``rlq run --resume`` retrains only those. ``summary`` has
     one row per run; the other tables stack every run's rows (each carries its job's ``keys`` columns).
     ``tables`` picks which of them to gather. With ``out``, each is also written to ``out/<name>.csv``:
     the top-level CSVs of a run folder are what ``rlq publish`` commits. ``progress`` (``print`` in a
@@ -228,7 +239,16 @@ def train_and_evaluate_all(
             on_result(index, result)
 
     labels = [keys_label(job.get("keys") or {}) or f"job {i + 1}" for i, job in enumerate(jobs)]
-    results = run_jobs(train_and_evaluate, jobs, workers=workers, on_result=finished, labels=labels)
+    outcome = run_jobs(
+        train_and_evaluate, jobs, workers=workers, on_result=finished, labels=labels, executor=executor,
+        ray_address=ray_address, resources=resources, store=Path(out) / JOBS_FOLDER if out is not None else None,
+        on_error="keep",
+    )  # fmt: skip
+    if out is not None:
+        record_failed_jobs(out, outcome.failures)
+    if outcome.failures and not allow_failed:
+        raise JobsFailed(outcome.failures, len(jobs))
+    results = [r for r in outcome if r is not None]
     stacked: dict[str, pd.DataFrame] = {}
     for name in tables:
         if name == "summary":
@@ -241,6 +261,18 @@ def train_and_evaluate_all(
         for name, table in stacked.items():
             table.to_csv(Path(out) / f"{name}.csv", index=False)
     return results, stacked
+
+
+def record_failed_jobs(out: str | Path, failures: Sequence[JobFailure]) -> None:
+    """Write the failed runs (label, keys, error) into ``out/results.json`` as ``failed_jobs`` (none: ``[]``).
+
+    Written when runs failed, or to clear an earlier attempt's list; the rest of results.json is kept.
+    """
+    path = Path(out) / RESULTS_FILE
+    results = read_json(path) if path.is_file() else {}
+    if failures or "failed_jobs" in results:
+        results["failed_jobs"] = [f.as_dict() for f in failures]
+        write_json(path, results)
 
 
 def run_line(result: dict[str, Any]) -> str:
