@@ -1,4 +1,4 @@
-"""The ``rlq`` command: list experiments, show their parameters, run them into run folders."""
+"""The ``rlq`` command: list experiments, show their parameters, run them (or sweeps of them) into run folders."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from rlq.experiments.paths import default_runs_dir
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment, list_experiments
+from rlq.faces.cli_sweep import add_sweep_parser
 
 EXIT_BAD_INPUT = 2
 
@@ -189,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")
     p.set_defaults(func=_cmd_run)
+
+    add_sweep_parser(sub)
 
     p = sub.add_parser("runs", help="list run folders and their state (ok, failed, running, interrupted)")
     p.add_argument("name", nargs="?", help="only this experiment's runs")

@@ -94,8 +94,10 @@ class RunRecord:
 
 def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) -> list[RunRecord]:
     """Return every run under ``runs_dir`` and every published result under ``results_dir``."""
+    from rlq.experiments.sweeps import sweep_points
+
     records = []
-    for path in list_runs(runs_dir):
+    for path in [*list_runs(runs_dir), *sweep_points(runs_dir)]:  # a sweep's points are ordinary runs
         results = read_json(path / RESULTS_FILE)
         state = run_state(path, results)  # a killed run shows as interrupted, not running
         experiment = results.get("experiment") or path.parent.name
