@@ -155,7 +155,9 @@ def local_ray():
     from rlq.rl.parallel import ray_init_kwargs
 
     assert not ray.is_initialized()
-    ray.init(**ray_init_kwargs(2, {"num_cpus": 1}, None))
+    # the jobs below are functions of this test module: Ray's workers import it from this folder
+    tests = os.path.dirname(os.path.abspath(__file__))
+    ray.init(**ray_init_kwargs(2, {"num_cpus": 1}, None), runtime_env={"env_vars": {"PYTHONPATH": tests}})
     yield ray
     ray.shutdown()
 

@@ -339,6 +339,10 @@ def _run_on_ray(
     try:
         with progress.relay_to_this_process() as poll:
             env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+            if not resources["num_gpus"]:
+                env["CUDA_VISIBLE_DEVICES"] = (
+                    ""  # Ray 2.60 leaves a task that asked for no GPU seeing them all
+                )
             queue = list(pending)
             while queue or inflight:
                 while queue and len(inflight) < workers:
@@ -348,14 +352,7 @@ def _run_on_ray(
                 done, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_SECONDS)
                 poll()
                 for ref in done:
-                    index = inflight.pop(ref)
-                    try:
-                        # a copy: arrays from the object store are read-only views
-                        result = pickle.loads(pickle.dumps(ray.get(ref)))
-                    except Exception as exc:
-                        batch.failed(index, exc, crashed=not isinstance(exc, ray.exceptions.RayTaskError))
-                    else:
-                        batch.finished(index, result)
+                    _ray_result(batch, inflight.pop(ref), ref)
     except BaseException:
         for ref, index in inflight.items():
             ray.cancel(ref, force=True)
@@ -366,18 +363,54 @@ def _run_on_ray(
             ray.shutdown()
 
 
-def _ray_task(func: Callable[..., T], job_id: str, label: str, job: dict[str, Any], env: dict[str, str]) -> T:
-    """Return ``run_job(...)`` in a Ray worker, with the driver's ``RLQ_*`` variables set while it runs."""
-    previous = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
-    for name in previous:
+def _ray_result(batch: _Batch, index: int, ref: Any) -> None:
+    """Take one finished Ray task's outcome (a result, the job's error, or a lost worker) into ``batch``."""
+    import ray
+
+    try:
+        # a copy: arrays from the object store are read-only views
+        ok, reported, value = pickle.loads(pickle.dumps(ray.get(ref)))
+    except Exception as exc:  # the worker died or the outcome could not come back
+        batch.failed(index, exc, crashed=True)
+        return
+    if not reported:  # the task's machine cannot see the run's progress file: tell of its end from here
+        status = {"status": "ok"} if ok else {"status": "failed", "error": progress.error_text(value)}
+        progress.emit("job_end", id=batch.ids[index], **status)
+    if ok:
+        batch.finished(index, value)
+    else:
+        batch.failed(index, value)
+
+
+def _ray_task(
+    func: Callable[..., Any], job_id: str, label: str, job: dict[str, Any], env: dict[str, str]
+) -> tuple[bool, bool, Any]:
+    """Return ``(ok, reported, result or error)`` of ``run_job(...)`` in a Ray worker, with ``env`` set while it runs.
+
+    ``env`` holds the driver's ``RLQ_*`` variables; ``reported`` is False when the progress file they name
+    is not on this machine (no shared file system), and then the job reports nothing itself.
+    """
+    names = {k for k in os.environ if k.startswith(ENV_PREFIX)} | set(env)
+    previous = {k: os.environ.get(k) for k in names}
+    for name in names:
         os.environ.pop(name, None)
     os.environ.update(env)
+    path = progress.progress_file()
+    reported = path is None or path.parent.is_dir()
+    if not reported:
+        os.environ.pop(progress.PROGRESS_FILE_ENV, None)
     try:
-        return run_job(func, job_id, label, job)
+        return True, reported, run_job(func, job_id, label, job)
+    except Exception as exc:
+        # a traceback does not travel with a pickled error: its text does, as a note
+        exc.add_note("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip())
+        return False, reported, exc
     finally:
-        for name in env:
-            os.environ.pop(name, None)
-        os.environ.update(previous)
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def run_job(func: Callable[..., T], job_id: str, label: str, job: dict[str, Any]) -> T:
