@@ -240,5 +240,6 @@ def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
     jobs[1]["method"] = "dense"  # "fixed"; its keys stay
     stamp = saved.stat().st_mtime_ns
     results, tables = train_and_evaluate_all(jobs, out=tmp_path)
-    assert len(results) == 2 and saved.stat().st_mtime_ns == stamp  # the finished run was loaded, not retrained
+    assert len(results) == 2
+    assert saved.stat().st_mtime_ns == stamp  # the finished run was loaded, not retrained
     assert json.loads((tmp_path / "results.json").read_text())["failed_jobs"] == []
