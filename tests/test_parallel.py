@@ -152,12 +152,14 @@ def test_worker_processes_report_each_job_into_the_run_s_progress_file(tmp_path,
 def local_ray():
     """A local Ray of 2 CPUs, started before the tests (run_jobs must use it and leave it running)."""
     ray = pytest.importorskip("ray")
-    from rlq.rl.parallel import ray_init_kwargs
+    from rlq.rl.parallel import ray_init_kwargs, start_ray
 
     assert not ray.is_initialized()
     # the jobs below are functions of this test module: Ray's workers import it from this folder
     tests = os.path.dirname(os.path.abspath(__file__))
-    ray.init(**ray_init_kwargs(2, {"num_cpus": 1}, None), runtime_env={"env_vars": {"PYTHONPATH": tests}})
+    start_ray(
+        {**ray_init_kwargs(2, {"num_cpus": 1}, None), "runtime_env": {"env_vars": {"PYTHONPATH": tests}}}
+    )
     yield ray
     ray.shutdown()
 

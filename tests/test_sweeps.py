@@ -48,6 +48,11 @@ def test_a_sweep_runs_every_point_into_its_own_run_folder_with_a_summary(tiny_no
     assert set(summary["status"]) == {"ok"} and not (path / SEEDS_FILE).exists()
     saved = json.loads((path / SWEEP_FILE).read_text())
     assert saved["grid"] == {"x": [1, 4], "sizes": [[1], [1, 2, 3]]} and saved["preset"] == "quick"
+    from rlq.faces.report import collect_runs
+
+    records = collect_runs(tmp_path, results_dir=tmp_path / "no_results")  # rlq report sees the points
+    assert sorted(r.path for r in records) == sorted(r.parent for r in runs)
+    assert {(r.experiment, r.preset, r.status) for r in records} == {("tiny", "quick", "ok")}
 
 
 def test_an_interrupted_sweep_resumes_only_the_points_without_a_finished_run(tiny_notebooks, tmp_path):

@@ -21,6 +21,7 @@ from rlq.experiments.claims import CLAIMS, FAMILIES, VERDICTS, Claim, judge
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir, repo_root
 from rlq.experiments.runs import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
+from rlq.experiments.sweeps import sweep_points
 from rlq.faces.report_text import Paths, interval, paper_text
 
 PRESET_RANK = {"paper": 3, "medium": 2, "quick": 1}
@@ -94,8 +95,6 @@ class RunRecord:
 
 def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) -> list[RunRecord]:
     """Return every run under ``runs_dir`` and every published result under ``results_dir``."""
-    from rlq.experiments.sweeps import sweep_points
-
     records = []
     for path in [*list_runs(runs_dir), *sweep_points(runs_dir)]:  # a sweep's points are ordinary runs
         results = read_json(path / RESULTS_FILE)

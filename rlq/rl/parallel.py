@@ -324,6 +324,27 @@ def ray_init_kwargs(workers: int, resources: dict[str, float], address: str | No
     return {"num_cpus": cpus, **kwargs}
 
 
+def start_ray(kwargs: dict[str, Any], tries: int = 2) -> None:
+    """Start or join Ray with ``ray.init(**kwargs)``, trying again when a local start times out.
+
+    On a loaded machine Ray's start can outlast its own fixed 30 s wait for the raylet (seen here on 2
+    cores at load 7-9); a second try usually gets through.
+    """
+    import ray
+
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:
+            if attempt == tries or "timed out during startup" not in str(exc):
+                raise
+            logging.getLogger(__name__).warning(
+                "Ray's start timed out (try %d of %d); trying again", attempt, tries
+            )
+            ray.shutdown()
+
+
 def _run_on_ray(
     batch: _Batch, pending: list[int], workers: int, address: str | None, resources: dict[str, float]
 ) -> None:
@@ -331,7 +352,7 @@ def _run_on_ray(
 
     started = not ray.is_initialized()
     if started:
-        ray.init(**ray_init_kwargs(workers, resources, address))
+        start_ray(ray_init_kwargs(workers, resources, address))
     options = {k: v for k, v in resources.items() if k != "resources" or v}
     remote = ray.remote(_ray_task).options(max_retries=0, **options)
     func_ref = ray.put(batch.func)
