@@ -245,3 +245,68 @@ def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
     assert len(results) == 2
     assert saved.stat().st_mtime_ns == stamp  # the finished run was loaded, not retrained
     assert json.loads((tmp_path / "results.json").read_text())["failed_jobs"] == []
+
+
+# --------------------------------------------------------------------------------------------------------
+# rlq run --resume: a notebook whose jobs save into <run folder>/jobs/ retries only the job that failed
+
+
+def test_rlq_run_resume_runs_only_the_jobs_without_a_saved_result(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import nbformat
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Jobs: three jobs, the last fails until a file exists"),
+        nbformat.v4.new_code_cell("n = 3  # jobs [min: 1]", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(
+            "import rlq\n"
+            "from rlq.experiments.runs import run_dir\n"
+            "from rlq.rl.parallel import run_jobs\n"
+            "from test_parallel import fails_without_file\n"
+            "out = run_dir()\n"
+            "jobs = [{'i': i, 'keys': {'i': i}, 'out': str(out)} for i in range(n)]\n"
+            "results = run_jobs(fails_without_file, jobs, store=out / 'jobs', on_error='keep')\n"
+            "rlq.record(failed=len(results.failures), loaded=len(results.loaded))\n"
+            "assert not results.failures"
+        ),
+    ]
+    nbformat.write(nb, folder / "jobs.ipynb")
+    env = {
+        **os.environ,
+        "RLQ_NOTEBOOKS": str(folder),
+        "PYTHONPATH": os.path.dirname(os.path.abspath(__file__)),
+    }
+    cli = [sys.executable, "-m", "rlq.faces.cli", "run"]
+    first = subprocess.run(
+        [*cli, "jobs", "--out", str(tmp_path / "out"), "--quiet"], env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 1, first.stderr
+    run = first.stdout.strip().splitlines()[-1]
+    results = json.loads(open(os.path.join(run, "results.json")).read())
+    assert results["status"] == "failed" and results["failed"] == 1
+    open(os.path.join(run, "fixed"), "w").close()
+    again = subprocess.run([*cli, "--resume", run, "--quiet"], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    results = json.loads(open(os.path.join(run, "results.json")).read())
+    assert results["failed"] == 0 and results["loaded"] == 2
+    assert sorted(os.listdir(os.path.join(run, "calls"))) == ["0-1", "1-1", "2-1", "2-2"]
+
+
+def fails_without_file(i: int, keys: dict, out: str) -> int:
+    """Leave ``calls/<i>-<n>`` for the n-th call; the last job (i=2) fails until ``out/fixed`` exists."""
+    calls = os.path.join(out, "calls")
+    os.makedirs(calls, exist_ok=True)
+    n = 1
+    while os.path.exists(os.path.join(calls, f"{i}-{n}")):
+        n += 1
+    open(os.path.join(calls, f"{i}-{n}"), "w").close()
+    if i == 2 and not os.path.exists(os.path.join(out, "fixed")):
+        raise RuntimeError("not fixed yet")
+    return i
