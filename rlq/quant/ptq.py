@@ -112,7 +112,11 @@ def ptq(
       activations quantized per batch at run time).
       A model with convolutions, or any model when ``activations`` is true, gets static quantization with
       activation ranges calibrated on ``calibration`` (required then): FX graph mode with conv-ReLU fusion,
-      falling back to eager mode (``QuantWrapper``) when the model cannot be traced symbolically.
+      falling back to eager mode (``QuantWrapper``) when the model cannot be traced symbolically. The
+      model's input itself is quantized over each batch's own range at run time
+      (``torch.quantize_per_tensor_dynamic``, :func:`quantize_inputs_per_batch_`), not clipped to the range
+      calibration saw: a policy meets observations beyond those of its calibration rollout, and clipping
+      them made a solved CartPole PPO agent fail 6 of 50 episodes. Every later activation is calibrated.
       Weights are symmetric int8 (PyTorch's codes -128..127, scale ``max|w| / 127.5``): per output channel
       for convolutions (transposed ones per tensor, as the engine needs) and, with ``per_channel_linear``, for
       linear layers; per tensor otherwise (dynamic path: ``default_dynamic_qconfig`` or
@@ -225,6 +229,49 @@ def _linear_names(model: nn.Module) -> list[str]:
     return [name for name, layer in quantizable_layers(model) if isinstance(layer, nn.Linear)]
 
 
+class QuantizePerBatch(nn.Module):
+    """Quantize a float tensor to ``dtype`` with the range of the batch itself (``torch.quantize_per_tensor_dynamic``)."""
+
+    def __init__(self, dtype: torch.dtype = torch.quint8, reduce_range: bool = False):
+        super().__init__()
+        self.dtype, self.reduce_range = dtype, reduce_range
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.quantize_per_tensor_dynamic(x, self.dtype, self.reduce_range)
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}, reduce_range={self.reduce_range}"
+
+
+def quantize_inputs_per_batch_(graph_module: Any, reduce_range: bool) -> int:
+    """Return how many quantizations of the model's input ``graph_module`` had, now made per batch (in place).
+
+    ``graph_module`` is a converted FX model; each ``quantize_per_tensor`` reached from an input through float
+    operations only (e.g. a ``Flatten``) is replaced by ``quantize_per_tensor_dynamic``.
+    """
+    graph = graph_module.graph
+    frontier = [node for node in graph.nodes if node.op == "placeholder"]
+    seen, replaced = set(frontier), 0
+    while frontier:
+        for user in list(frontier.pop().users):
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.op == "call_function" and user.target is torch.quantize_per_tensor:
+                with graph.inserting_before(user):
+                    per_batch = graph.call_function(
+                        torch.quantize_per_tensor_dynamic, (user.args[0], user.args[3], reduce_range)
+                    )
+                user.replace_all_uses_with(per_batch)
+                graph.erase_node(user)
+                replaced += 1
+            else:
+                frontier.append(user)
+    graph.eliminate_dead_code()
+    graph_module.recompile()
+    return replaced
+
+
 def _int8_static(model: nn.Module, batches: list[Tensor], per_channel_linear: bool) -> nn.Module:
     import torch.fx
     from torch.ao.quantization import get_default_qconfig_mapping
@@ -247,7 +294,14 @@ def _int8_static(model: nn.Module, batches: list[Tensor], per_channel_linear: bo
         with torch.no_grad():
             for batch in batches:
                 prepared(batch)
-        return convert_fx(prepared).eval()
+        converted = convert_fx(prepared).eval()
+    quantize_inputs_per_batch_(converted, _reduces_range(per_channel))
+    return converted
+
+
+def _reduces_range(qconfig: Any) -> bool:
+    with quiet_deprecations():
+        return bool(getattr(qconfig.activation(), "reduce_range", False))
 
 
 def _int8_static_eager(
@@ -266,6 +320,7 @@ def _int8_static_eager(
         for batch in batches:
             wrapped(batch)
     convert(wrapped, inplace=True)
+    wrapped.quant = QuantizePerBatch(wrapped.quant.dtype, _reduces_range(qconfig))
     try:
         with torch.no_grad():
             wrapped(batches[0])
