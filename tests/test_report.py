@@ -260,3 +260,35 @@ def test_a_rerun_keeps_the_training_time_of_the_attempt_that_trained(tmp_path, m
     runner.resume_run(path, rerun=True, progress=False)
     results = read_json(path / "results.json")
     assert results["run_seconds"] == 13.0 and results["train_seconds"] == 1900.0
+
+
+def test_a_variant_of_its_preset_answers_no_claim(tmp_path):
+    """An ablation (a non-free parameter changed with -p) newer than the preset's own run does not replace it."""
+    preset_run = {"seeds": [0, 1, 2], "methods": ["dense", "gst"]}
+    good = _estimate(70.0, 69.0, 71.0, 3)
+    _run(
+        tmp_path,
+        "gst_a2c_atari",
+        "medium",
+        "ok",
+        {"estimates": {"avg_compression_gst_pct": good}},
+        params=preset_run,
+        finished="20261130T000000Z",
+    )
+    ablation = _estimate(10.0, 9.0, 11.0, 3)
+    _run(
+        tmp_path,
+        "gst_a2c_atari",
+        "medium",
+        "ok",
+        {"estimates": {"avg_compression_gst_pct": ablation}},
+        params={**preset_run, "bc_end": 1.0},
+        finished="20261130T010000Z",
+    )
+    records = collect_runs(tmp_path, tmp_path / "no_published_results")
+    assert sorted(r.variant_of_preset == ["bc_end"] for r in records) == [False, True]
+    row = claims_table(records).set_index("metric").loc["avg_compression_ratio"]
+    row = row[row["experiment"] == "a2c_atari"].iloc[0] if row.ndim == 2 else row
+    assert row["ours"] == 70.0
+    runs = runs_table(records, Paths(tmp_path / "report.html", tmp_path))
+    assert runs["status"].str.contains("variant of its preset in: bc_end").sum() == 1

@@ -10,6 +10,7 @@ first, among the run folders under ``runs/`` and the published results under ``d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,32 @@ from typing import Any
 import pandas as pd
 
 from rlq.core.jsonio import read_json
-from rlq.experiments.claims import CLAIMS, FAMILIES, VERDICTS, Claim, judge
+from rlq.experiments.claims import CLAIMS, FAMILIES, VERDICTS, Claim, judge, our_estimate
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir, repo_root
+from rlq.experiments.registry import ExperimentError, get_experiment
+from rlq.experiments.results import normalize_method_names
 from rlq.experiments.runs import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
 from rlq.experiments.sweeps import sweep_points
 from rlq.faces.report_text import Paths, interval, paper_text
 
 PRESET_RANK = {"paper": 3, "medium": 2, "quick": 1}
 NOT_MEASURED = "not measured"
+
+FREE_KEYS = frozenset(
+    {
+        "seed",
+        "seeds",
+        "workers",
+        "executor",
+        "ray_address",
+        "torch_threads",
+        "checkpoint_every",
+        "show_committed",
+        "eval_episodes",
+    }
+)
+"""Parameters a run may change and still answer its preset's claims: how many seeds, how it runs, what it shows."""
 
 
 @dataclass
@@ -57,6 +75,21 @@ class RunRecord:
         if isinstance(seeds, int) and not isinstance(seeds, bool):
             return seeds
         return 1 if "seed" in self.params else None
+
+    @property
+    def variant_of_preset(self) -> list[str]:
+        """Return the parameters (outside :data:`FREE_KEYS`) in which the run departs from its preset, e.g. an ablation.
+
+        A run folder that is a variant answers no claim of its preset. Unknown experiments and parameters the
+        notebook has gained since are not held against a run; a published result whose preset has changed
+        since it was published still answers (it is what the preset was), and the runs table says so.
+        """
+        try:
+            expected = _preset_params(self.experiment, self.preset)
+        except ExperimentError:
+            return []
+        params = normalize_method_names(self.params)  # published before a method was renamed
+        return sorted(k for k, v in expected.items() if k not in FREE_KEYS and k in params and params[k] != v)
 
     @property
     def notebook(self) -> Path | None:
@@ -93,6 +126,16 @@ class RunRecord:
         return total
 
 
+_PRESETS: dict[tuple[str, str | None], dict[str, Any]] = {}
+
+
+def _preset_params(experiment: str, preset: str | None) -> dict[str, Any]:
+    """Return the parameters ``experiment`` resolves to at ``preset`` (cached; ExperimentError when unknown)."""
+    if (experiment, preset) not in _PRESETS:
+        _PRESETS[experiment, preset] = get_experiment(experiment).resolve(preset)
+    return _PRESETS[experiment, preset]
+
+
 def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) -> list[RunRecord]:
     """Return every run under ``runs_dir`` and every published result under ``results_dir``."""
     records = []
@@ -111,11 +154,21 @@ def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) ->
     return records
 
 
-def best_run(records: list[RunRecord], experiment: str) -> RunRecord | None:
-    """Return the finished run of ``experiment`` with the largest preset, newest first."""
-    done = [r for r in records if r.experiment == experiment and r.status == "ok"]
+def best_run(
+    records: list[RunRecord], experiment: str, answers: Callable[[RunRecord], bool] | None = None
+) -> RunRecord | None:
+    """Return the finished run of ``experiment`` with the largest preset, newest first; variants never.
+
+    With ``answers``, a run that answers (e.g. holds the claim's number) wins over one that does not.
+    """
+    done = [
+        r
+        for r in records
+        if r.experiment == experiment and r.status == "ok" and (r.published or not r.variant_of_preset)
+    ]
     done.sort(key=lambda r: (PRESET_RANK.get(r.preset or "", 0), str(r.results.get("finished", ""))))
-    return done[-1] if done else None
+    answering = [r for r in done if answers(r)] if answers is not None else []
+    return (answering or done or [None])[-1]
 
 
 def _partner(metric: str) -> str | None:
@@ -167,7 +220,7 @@ def _claim_row(claim: Claim, paper: pd.DataFrame, records: list[RunRecord]) -> d
         "verdict": NOT_MEASURED,
         "reason": "no finished run",
     }
-    run = best_run(records, claim.ours_experiment)
+    run = best_run(records, claim.ours_experiment, lambda r: our_estimate(claim, r.results) is not None)
     if run is None:
         return out
     out.update(
@@ -248,6 +301,10 @@ def runs_table(records: list[RunRecord], paths: Paths) -> pd.DataFrame:
         status = (
             f"{r.status}, re-analysed" if r.status == "ok" and not r.published and r.reanalysed else r.status
         )
+        variant = r.variant_of_preset
+        if variant:
+            kind = "preset changed since in" if r.published else "variant of its preset in"
+            status += f" ({kind}: {', '.join(variant)})"
         rows.append(
             {
                 "experiment": r.experiment,
