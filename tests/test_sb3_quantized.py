@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from rlq.quant import model_size_bytes
 from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network, preprocess_observations
 from rlq.sb3.quantized import (
@@ -243,3 +244,11 @@ def test_quantizing_a_qat_policy_leaves_its_parametrizations_working(models, obs
     np.testing.assert_allclose(int4.predict(obs)[0], model.predict(obs, deterministic=True)[0], atol=1e-5)
     convert_policy_qat_(model.policy)
     np.testing.assert_allclose(fp32.predict(obs)[0], model.predict(obs, deterministic=True)[0], atol=1e-5)
+
+
+def test_the_simulated_8_bit_point_is_sized_as_8_bit_codes(models):
+    """sim8 holds float weights at 8-bit levels: its size is its weights packed at 8 bits, as int7 at 7."""
+    model = models["PPO"]
+    fp32, sim8, int7 = (quantized_policy(model, p).size_bytes for p in ("fp32", "sim8", "int7"))
+    assert sim8 == model_size_bytes(quantized_policy(model, "fp32").network, "int8")
+    assert int7 < sim8 < fp32  # (a tiny network: torch.save overhead keeps the ratio far from 4)

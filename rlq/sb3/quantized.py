@@ -199,7 +199,7 @@ def quantized_policy(
         quantized = ptq(
             network, spec, calibration, activations=activations, per_channel_linear=per_channel_linear
         )
-        if spec.is_float or spec.bits == 8:
+        if spec.is_float or not spec.simulated:  # kernel int8 counts its packed int8 weights as they are
             size = model_size_bytes(quantized)
         else:
             size = model_size_bytes(quantized, spec.name)
