@@ -37,7 +37,7 @@ def test_a_sweep_runs_every_point_into_its_own_run_folder_with_a_summary(tiny_no
     assert [p["grid"] for p in points] == [
         {"x": 1, "sizes": [1]}, {"x": 1, "sizes": [1, 2, 3]}, {"x": 4, "sizes": [1]}, {"x": 4, "sizes": [1, 2, 3]},
     ]  # fmt: skip
-    assert [p["status"] for p in points] == ["ok"] * 4 and sweep["fixed"] == {"scale": "2.0"}
+    assert [p["status"] for p in points] == ["ok"] * 4 and sweep["fixed"] == {"scale": 2.0}
     runs = sorted(path.glob("tiny/*/results.json"))
     assert len(runs) == 4 and sorted(sweep_points(tmp_path)) == sorted(r.parent for r in runs)
     for point in points:

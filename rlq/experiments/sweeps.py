@@ -126,7 +126,7 @@ def create_sweep(
     sweep = {
         "experiment": experiment.name,
         "preset": preset,
-        "fixed": dict(overrides),
+        "fixed": {key: points[0]["params"][key] for key, _ in overrides},
         "grid": {key: [value for _, value in values] for key, values in parsed.items()},
         "created": utc_stamp(),
         "points": [

@@ -72,13 +72,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def ended(point: dict[str, Any]) -> None:
         print(f"rlq: point {point['index']} ({point_label(point)}): {point['status']}", file=sys.stderr)
 
-    sweep = resume_sweep(
-        path,
-        executor=args.executor,
-        ray_address=args.ray_address,
-        max_parallel=args.max_parallel,
-        on_point=ended,
-    )
+    try:
+        sweep = resume_sweep(
+            path,
+            executor=args.executor,
+            ray_address=args.ray_address,
+            max_parallel=args.max_parallel,
+            on_point=ended,
+        )
+    except RuntimeError as exc:  # e.g. Ray did not start: the sweep folder stays, resumable
+        print(f"rlq: sweep stopped: {exc}; resume with `rlq sweep --resume {path}`", file=sys.stderr)
+        print(path)
+        return 1
     statuses = [p["status"] for p in sweep["points"]]
     ok = statuses.count("ok")
     print(f"rlq: sweep {ok} of {len(statuses)} points ok", file=sys.stderr)

@@ -324,11 +324,12 @@ def ray_init_kwargs(workers: int, resources: dict[str, float], address: str | No
     return {"num_cpus": cpus, **kwargs}
 
 
-def start_ray(kwargs: dict[str, Any], tries: int = 2) -> None:
+def start_ray(kwargs: dict[str, Any], tries: int = 3) -> None:
     """Start or join Ray with ``ray.init(**kwargs)``, trying again when a local start times out.
 
     On a loaded machine Ray's start can outlast its own fixed 30 s wait for the raylet (seen here on 2
-    cores at load 7-9); a second try usually gets through.
+    cores at load 7-9, about one start in two); another try usually gets through. Raises RuntimeError
+    saying what to do when no try does.
     """
     import ray
 
@@ -337,12 +338,17 @@ def start_ray(kwargs: dict[str, Any], tries: int = 2) -> None:
             ray.init(**kwargs)
             return
         except Exception as exc:
-            if attempt == tries or "timed out during startup" not in str(exc):
+            if "timed out during startup" not in str(exc):
                 raise
+            ray.shutdown()
+            if attempt == tries:
+                raise RuntimeError(
+                    f"Ray did not start in {tries} tries (its raylet outlasted Ray's 30 s wait: a busy machine); "
+                    "start it once with `ray start --head` and pass its address (auto), or try again"
+                ) from exc
             logging.getLogger(__name__).warning(
                 "Ray's start timed out (try %d of %d); trying again", attempt, tries
             )
-            ray.shutdown()
 
 
 def _run_on_ray(
