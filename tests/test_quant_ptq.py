@@ -11,7 +11,7 @@ from torch.ao.nn.quantized import dynamic as qdynamic
 
 from rlq.quant import CastPrecision, LayerHolder, Precision, parse_precision, ptq, quantize_tensor
 from rlq.quant.activations import ActivationQuantizer
-from rlq.quant.ptq import QuantizePerBatch
+from rlq.quant.ptq import QuantizePerBatch, output_linear_names
 
 
 def tiny_mlp(seed: int = 0) -> nn.Sequential:
@@ -164,9 +164,49 @@ def test_int8_static_falls_back_to_eager_mode_for_untraceable_models():
 def test_int8_mlp_with_activations_is_static():
     model = tiny_mlp()
     quantized = ptq(model, "int8", calibration=X, activations=True)
-    assert not any(isinstance(m, qdynamic.Linear) for m in quantized.modules())
-    assert any(type(m).__name__ == "LinearReLU" for m in quantized_modules(quantized))
+    layers = dict(quantized.named_modules())
+    assert type(layers["0"]).__name__ == "LinearReLU" and not isinstance(layers["0"], qdynamic.Linear)
+    assert type(layers["2"]).__module__.startswith(
+        "torch.ao.nn.quantized.modules"
+    )  # static, calibrated output
+    assert isinstance(layers["4"], qdynamic.Linear)  # the output layer: int8 weights, float output
     torch.testing.assert_close(quantized(X), model(X), atol=0.05, rtol=0.1)
+
+
+def test_static_int8_keeps_small_output_gaps():
+    """A solved DQN's Q-values lie near 100 and differ by ~0.05; an int8 output (step 0.78 over [0, 100]) merged
+    them and the agent fell (static int8 51 vs dynamic 500 on CartPole). The output layer keeps float outputs."""
+    torch.manual_seed(0)
+    q_net = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+    with torch.no_grad():
+        q_net[4].bias.fill_(100.0)
+        reference = q_net(X)
+        q = ptq(q_net, "int8", calibration=X, activations=True)(X)
+    gaps = (reference[:, 0] - reference[:, 1]).abs()
+    assert float(gaps.median()) < 0.05 and q.unique().numel() == q.numel()
+    torch.testing.assert_close(q, reference, atol=0.01, rtol=0)
+    assert torch.equal(q.argmax(1), reference.argmax(1))
+
+
+def test_output_linear_names():
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.act, self.pi, self.v = (
+                nn.Linear(6, 8),
+                nn.ReLU(),
+                nn.Linear(8, 2),
+                nn.Linear(8, 1),
+            )
+            self.squash = nn.Tanh()
+
+        def forward(self, x):
+            h = self.act(self.body(x))
+            return self.squash(self.pi(h)), self.v(h).flatten()
+
+    assert sorted(output_linear_names(TwoHeads())) == ["pi", "v"]
+    assert output_linear_names(tiny_mlp()) == ["4"] and output_linear_names(tiny_cnn()) == ["5"]
+    assert output_linear_names(nn.Sequential(nn.Conv2d(2, 2, 3), nn.ReLU())) == []
 
 
 def test_int8_static_needs_calibration():
