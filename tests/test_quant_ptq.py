@@ -488,3 +488,21 @@ def test_static_int8_quantizes_the_model_input_over_each_batch_range(model, firs
         levels = 127 if torch.backends.quantized.engine in ("x86", "fbgemm") else 255  # reduce_range there
         assert seen.q_scale() == pytest.approx((high - low) / levels, rel=1e-5)
         torch.testing.assert_close(seen.dequantize(), batch, atol=seen.q_scale() / 2 + 1e-6, rtol=0)
+
+
+def test_simulated_ptq_of_a_pruned_model_quantizes_what_runs_and_keeps_the_zeros():
+    """torch.nn.utils.prune's hook would recompute the float weight at the next forward; ptq bakes it first."""
+    from torch.nn.utils import prune
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    prune.l1_unstructured(model[0], "weight", amount=0.5)
+    model(torch.randn(2, 16)).sum().backward()  # a forward with grad: the weight is no graph leaf
+    quantized = ptq(model, "int4")
+    quantized(torch.randn(3, 16))  # a forward must not bring the float weights back
+    weight = quantized[0].weight.detach()
+    expected = quantize_tensor(model[0].weight.detach(), 4)  # the masked weight, quantized per tensor
+    assert torch.equal(weight, expected)
+    assert len(torch.unique(weight)) <= 2**4
+    assert bool((weight[model[0].weight_mask == 0] == 0).all())
+    assert hasattr(model[0], "weight_orig")  # the original keeps its mask

@@ -252,3 +252,22 @@ def test_the_simulated_8_bit_point_is_sized_as_8_bit_codes(models):
     fp32, sim8, int7 = (quantized_policy(model, p).size_bytes for p in ("fp32", "sim8", "int7"))
     assert sim8 == model_size_bytes(quantized_policy(model, "fp32").network, "int8")
     assert int7 < sim8 < fp32  # (a tiny network: torch.save overhead keeps the ratio far from 4)
+
+
+def test_lowest_bits_ranks_the_weights_only_widths_not_the_int8_kernels():
+    import pandas as pd
+
+    from rlq.sb3.quantized import lowest_bits_within
+
+    rows = [
+        ("fp32", 32, 0.0),
+        ("int16", 16, 0.0),
+        ("int12", 12, 0.0),
+        ("int8", 8, -0.5),
+        ("sim8", 8, 0.0),
+        ("int6", 6, -0.01),
+        ("int4", 4, -0.3),
+    ]
+    table = pd.DataFrame(rows, columns=["precision", "bits", "relative_change"])
+    assert lowest_bits_within(table, 0.05) == 6  # the broken kernel int8 row does not stop the run at 12
+    assert lowest_bits_within(table[table["precision"] != "sim8"], 0.05) == 6

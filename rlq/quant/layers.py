@@ -61,9 +61,18 @@ def output_channel_axis(layer: nn.Module) -> int:
 
 
 def bake_parametrizations(module: nn.Module) -> nn.Module:
-    """Return ``module`` (changed in place) with every parametrization made permanent in its plain tensor."""
+    """Return ``module`` (changed in place) with every parametrization and pruning mask made permanent in its tensor.
+
+    ``torch.nn.utils.prune`` masks are forward pre-hooks that recompute ``weight`` from ``weight_orig`` at every
+    call: left in place, they would overwrite a quantized weight with the float one at the next forward.
+    """
+    from torch.nn.utils import prune
+
     for layer in list(module.modules()):
         if parametrize.is_parametrized(layer):
             for tensor_name in list(layer.parametrizations.keys()):
                 remove_parametrizations_(layer, tensor_name, leave_parametrized=True)
+        for hook in list(layer._forward_pre_hooks.values()):
+            if isinstance(hook, prune.BasePruningMethod):
+                prune.remove(layer, hook._tensor_name)
     return module

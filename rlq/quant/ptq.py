@@ -87,6 +87,23 @@ def calibration_batches(calibration: Calibration | None) -> list[Tensor]:
     return batches
 
 
+def detach_pruned_weights_(module: nn.Module) -> nn.Module:
+    """Return ``module`` with each ``torch.nn.utils.prune`` weight recomputed without grad (its value unchanged).
+
+    The pruning hook sets ``weight = weight_orig * weight_mask`` at every forward; after a forward with grad
+    that tensor is not a graph leaf and ``copy.deepcopy`` refuses it. The hook recomputes it at the next
+    forward, so replacing it by the same values without grad changes nothing the module computes.
+    """
+    from torch.nn.utils import prune
+
+    for layer in module.modules():
+        for hook in layer._forward_pre_hooks.values():
+            if isinstance(hook, prune.BasePruningMethod):
+                with torch.no_grad():
+                    setattr(layer, hook._tensor_name, hook.apply_mask(layer))
+    return module
+
+
 def _check_module(module: nn.Module) -> None:
     if not isinstance(module, nn.Module):
         raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
@@ -147,6 +164,7 @@ def ptq(
     """
     _check_module(module)
     spec = parse_precision(precision)
+    detach_pruned_weights_(module)  # a pruned weight computed with grad cannot be deep-copied
     model = copy.deepcopy(module).eval()
     if spec.is_float:
         if spec.name == "fp32":

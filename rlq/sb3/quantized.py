@@ -38,6 +38,7 @@ from torch import Tensor
 from rlq.quant import BACKENDS, OnnxPolicy, export_onnx, model_size_bytes, parse_precision, ptq
 from rlq.quant.latency import build_backend, torch_threads
 from rlq.quant.layers import has_convolutions
+from rlq.quant.tensor import KERNEL_INT8
 from rlq.sb3.action_path import (
     ARGMAX,
     BINARY,
@@ -179,7 +180,7 @@ def quantized_policy(
     calibration = None
     if calibration_obs is not None:
         calibration = _calibration_batches(preprocess_observations(policy, calibration_obs))
-    static = spec.bits == 8 and not spec.is_float and (activations or has_convolutions(network))
+    static = spec.name == KERNEL_INT8 and (activations or has_convolutions(network))
     if static and calibration is None:
         raise ValueError(
             "static int8 quantization (CNN policies, or activations=True) needs calibration observations: "
@@ -435,12 +436,16 @@ def evaluate_precisions(
 def lowest_bits_within(table: pd.DataFrame, tolerance: float = 0.05) -> int | None:
     """Return the lowest integer bit width from which every wider one keeps its return within ``tolerance`` of fp32.
 
-    ``table`` is :func:`evaluate_precisions`'s output holding ``fp32`` and ``intN`` rows. A width counts when
+    ``table`` is :func:`evaluate_precisions`'s output holding ``fp32`` and ``intN`` rows; only the weights-only
+    simulated widths are ranked (``sim8`` stands for 8 bits; the ``int8`` kernels, which quantize activations
+    too, are not comparable with them). A width counts when
     ``relative_change >= -tolerance`` (higher returns are fine); the answer is the start of the unbroken run
     of such widths that reaches the widest one evaluated (QuaRL's "sweet spot"), or None if the widest
     already fails.
     """
-    ints = table[table["precision"].str.startswith("int")].sort_values("bits", ascending=False)
+    # like with like: the weights-only simulated widths (sim8 among them), not the int8 kernels
+    weights_only = table["precision"].map(lambda p: parse_precision(p).simulated if p != "fp32" else False)
+    ints = table[weights_only].sort_values("bits", ascending=False)
     lowest = None
     for bits, change in zip(ints["bits"], ints["relative_change"], strict=True):
         if not change >= -tolerance:

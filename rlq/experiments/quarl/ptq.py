@@ -203,10 +203,12 @@ def lowest_weights_only_bits(agent: pd.DataFrame, tolerance: float) -> int | Non
     Ranks the weights-only sweep alone (8 bits simulated like the rest), never the int8 kernels, which also
     quantize activations (:func:`rlq.sb3.quantized.lowest_bits_within`); None when the widest already fails.
     """
+    from rlq.quant.tensor import SIMULATED_INT8
     from rlq.sb3.quantized import lowest_bits_within
 
     sweep = agent[agent.scheme == WEIGHTS_ONLY]
-    return lowest_bits_within(sweep.assign(precision=[f"int{b}" for b in sweep["bits"]]), tolerance)
+    names = [SIMULATED_INT8 if b == 8 else f"int{b}" for b in sweep["bits"]]  # "int8" names the kernels
+    return lowest_bits_within(sweep.assign(precision=names), tolerance)
 
 
 def _value(agent: pd.DataFrame, precision: str, scheme: str, column: str = "mean_return") -> float:
