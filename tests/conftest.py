@@ -76,3 +76,16 @@ def relu_mlp(sizes=(6, 16, 16, 16, 3)) -> nn.Sequential:
     for a, b in zip(sizes[:-1], sizes[1:], strict=True):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
+
+
+def interrupt_at(at: int):
+    """Return an SB3 callback that stops training abruptly at step ``at`` (no on_training_end), as a kill would."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Interrupt(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= at:
+                raise KeyboardInterrupt
+            return True
+
+    return Interrupt()

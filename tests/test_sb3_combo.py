@@ -7,6 +7,7 @@ import pytest
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from conftest import interrupt_at
 from rlq.compress import circulant_vectors, expand_circulant, is_block_circulant
 from rlq.compress.block_circulant import stored_target
 from rlq.compress.masks import mask_of, stored_tensor
@@ -255,17 +256,6 @@ def test_trained_sparse_low_bit_actor_exports_packed_and_to_onnx(tmp_path):
     assert float(error) <= 1e-2, f"int8 ONNX differs by {float(error):.4f} action units"
 
 
-class Interrupt(BaseCallback):
-    def __init__(self, at: int):
-        super().__init__()
-        self.at = at
-
-    def _on_step(self) -> bool:
-        if self.num_timesteps >= self.at:
-            raise KeyboardInterrupt
-        return True
-
-
 def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):
     """A checkpoint holds the compressed float policy; on resume QAT stacks on top of it again."""
     from rlq.rl.agents import train_agent
@@ -286,7 +276,7 @@ def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):
     )
     with pytest.raises(KeyboardInterrupt):  # after the hand-over: pruned dense layers beneath QAT
         train_agent(
-            "TD3", "Pendulum-v1", 240, **run, callback=[QATCallback(BITS), gst("TD3"), Interrupt(200)]
+            "TD3", "Pendulum-v1", 240, **run, callback=[QATCallback(BITS), gst("TD3"), interrupt_at(200)]
         )
     qat, compression = QATCallback(BITS), gst("TD3")
     result = train_agent("TD3", "Pendulum-v1", 240, **run, callback=[qat, compression])

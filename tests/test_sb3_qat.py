@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.callbacks import BaseCallback
 from torch.nn.utils import parametrize
 
+from conftest import interrupt_at
 from rlq.quant import WeightFakeQuant, is_qat, set_qat_enabled
 from rlq.rl.agents import algorithm_class, make_model, train_agent
 from rlq.rl.envs import make_vec_env
@@ -181,25 +181,12 @@ def test_model_during_qat_saves_latent_weights_and_save_qat_restores_it(algo, tm
     assert not is_qat(restored.policy)
 
 
-class Interrupt(BaseCallback):
-    """Stop training abruptly (no on_training_end), as a killed process would."""
-
-    def __init__(self, at: int):
-        super().__init__()
-        self.at = at
-
-    def _on_step(self) -> bool:
-        if self.num_timesteps >= self.at:
-            raise KeyboardInterrupt
-        return True
-
-
 def test_interrupted_qat_run_resumes_from_its_checkpoint(tmp_path):
     hyperparams = dict(policy_kwargs=dict(net_arch=[16]), learning_starts=32)
     with pytest.raises(KeyboardInterrupt):
         train_agent(
             "TD3", "Pendulum-v1", 320, hyperparams=hyperparams, run_dir=tmp_path, checkpoint_every=64,
-            callback=[QATCallback(bits=2, delay_steps=100), Interrupt(200)],
+            callback=[QATCallback(bits=2, delay_steps=100), interrupt_at(200)],
         )  # fmt: skip
     callback = QATCallback(bits=2, delay_steps=100)
     result = train_agent(
