@@ -159,12 +159,15 @@ def evaluate_ptq(
     *,
     out: str | Path,
     workers: int = 1,
+    executor: str = "processes",
+    ray_address: str | None = None,
     progress: Progress = None,
     **job: Any,
 ) -> pd.DataFrame:
     """Return :func:`ptq_agent`'s tables of every run and seed stacked, with ``run``, ``solved`` and ``normalised_score``.
 
-    Agents train in ``out/agents/<run>/seed<seed>/``, ``workers`` at a time (:func:`rlq.rl.parallel.run_jobs`).
+    Agents train in ``out/agents/<run>/seed<seed>/``, ``workers`` at a time in processes or Ray tasks
+    (``executor``, ``ray_address``: :func:`rlq.rl.parallel.run_jobs`).
     ``solved``: the agent's fp32 return reaches its environment's threshold
     (:func:`~rlq.experiments.quarl.evaluation.solved_threshold`). The normalised score is
     ``(return - random) / (fp32 - random)``: 1 is the fp32 agent, 0 is chance.
@@ -184,7 +187,9 @@ def evaluate_ptq(
             steps, wall = table["train_steps"].iloc[0], table["train_wall_s"].iloc[0]
             progress(f"{spec.name} seed {seed}: {steps} steps in {wall:.0f} s, fp32 return {fp32:.1f}")
 
-    tables = run_jobs(ptq_agent, jobs, workers=workers, on_result=report)
+    tables = run_jobs(
+        ptq_agent, jobs, workers=workers, on_result=report, executor=executor, ray_address=ray_address
+    )
     ptq = pd.concat(tables, ignore_index=True)
     ptq["run"] = ptq["algorithm"] + " " + ptq["environment"]
     fp32 = ptq[ptq.precision.eq("fp32") & ptq.scheme.eq(FLOAT)].set_index(["run", "seed"])["mean_return"]

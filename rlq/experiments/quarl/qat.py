@@ -187,12 +187,15 @@ def qat_vs_ptq(
     checkpoint_every: int,
     out: str | Path,
     workers: int = 1,
+    executor: str = "processes",
+    ray_address: str | None = None,
     torch_threads: int = 1,
     progress: Progress = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return every evaluation (fp32, PTQ and QAT per run, seed and bit width) and every learning curve.
 
-    One :func:`qat_seed` job per run and seed, ``workers`` at a time (:func:`rlq.rl.parallel.run_jobs`), in
+    One :func:`qat_seed` job per run and seed, ``workers`` at a time in processes or Ray tasks (``executor``,
+    ``ray_address``: :func:`rlq.rl.parallel.run_jobs`), in
     ``out/agents/<run>/seed<seed>/``; ``progress`` gets a line per finished job. The evaluations carry
     ``run`` and ``solved`` (the fp32 agent reaches its environment's threshold, :func:`solved_threshold`).
     """
@@ -227,7 +230,9 @@ def qat_vs_ptq(
             ]
             progress(f"{spec.name} seed {seed}: " + ", ".join(cells))
 
-    results = run_jobs(qat_seed, jobs, workers=workers, on_result=report)
+    results = run_jobs(
+        qat_seed, jobs, workers=workers, on_result=report, executor=executor, ray_address=ray_address
+    )
     qat_table = pd.concat([r[0] for r in results], ignore_index=True)
     qat_table["run"] = qat_table["algorithm"] + " " + qat_table["environment"]
     fp32 = qat_table[qat_table.method == "fp32"].set_index(["run", "seed"])["mean_return"]
