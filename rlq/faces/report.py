@@ -236,7 +236,7 @@ def _claim_row(claim: Claim, paper: pd.DataFrame, records: list[RunRecord]) -> d
             threshold=verdict.threshold,
             setting=verdict.setting,
             verdict=verdict.verdict,
-            reason=verdict.reason.replace(f"; rule: {claim.rule}", ""),  # the rule has a column of its own
+            reason=verdict.reason,
         )
     return out
 

@@ -50,20 +50,23 @@ def evaluate(
     n_episodes: int = 10,
     seed: int = 0,
     deterministic: bool = True,
+    n_envs: int = 1,
     **env_kwargs: Any,
 ) -> EvalResult:
     """Return every episode's return over ``n_episodes`` on ``env_id``, reproducible for a given ``seed``.
 
     ``model_or_policy`` is an SB3 algorithm or policy (anything with ``predict``) or a callable mapping a
     batch of observations to a batch of actions. Returns are the environment's real episode returns
-    (for Atari: whole games, unclipped).
+    (for Atari: whole games, unclipped). ``n_envs`` environment copies play episodes side by side, so the
+    policy acts on batches (fewer network calls); other ``n_envs`` play other episodes than 1 does.
     """
     import torch
     from stable_baselines3.common.evaluation import evaluate_policy
 
     n_episodes = check_positive_int("n_episodes", n_episodes)
+    n_envs = check_positive_int("n_envs", n_envs)
     policy = model_or_policy if hasattr(model_or_policy, "predict") else CallablePolicy(model_or_policy)
-    env = make_vec_env(env_id, n_envs=1, seed=seed, **env_kwargs)
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed, **env_kwargs)
     try:
         with torch.random.fork_rng():  # stochastic policies sample reproducibly without touching global state
             torch.manual_seed(seed)

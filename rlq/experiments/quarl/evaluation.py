@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlq.rl.evaluate import EvalResult
+from rlq.core.validation import check_positive_int
+from rlq.rl.evaluate import EvalResult, evaluate
 
 MAX_PARALLEL_EPISODES = 50
 """At most this many episodes are played side by side (one environment copy each)."""
@@ -16,27 +17,14 @@ tuned TD3 and SAC about -150)."""
 
 
 def evaluate_episodes(policy: Any, env_id: str, n_episodes: int, seed: int) -> EvalResult:
-    """Return the deterministic returns of ``n_episodes`` episodes played side by side, episode ``i`` seeded ``seed + i``.
+    """Return the deterministic returns of ``n_episodes`` episodes played side by side (:func:`rlq.rl.evaluate.evaluate`).
 
-    The same episodes as :func:`rlq.rl.evaluate.evaluate` would play one after another only when
-    ``n_episodes`` is 1; what matters here is that every precision of an agent plays the same episodes.
-    One environment copy per episode lets the policy act on a batch of observations: about ten times
-    fewer network calls than one episode at a time, which is what a 20-episode bit sweep costs.
+    What matters here is that every precision of an agent plays the same episodes. One environment copy per
+    episode (up to :data:`MAX_PARALLEL_EPISODES`) lets the policy act on a batch of observations: about ten
+    times fewer network calls than one episode at a time, which is what a 20-episode bit sweep costs.
     """
-    from stable_baselines3.common.evaluation import evaluate_policy
-
-    from rlq.rl.envs import make_vec_env
-
-    if n_episodes < 1:
-        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
-    env = make_vec_env(env_id, n_envs=min(n_episodes, MAX_PARALLEL_EPISODES), seed=seed)
-    try:
-        returns, lengths = evaluate_policy(
-            policy, env, n_eval_episodes=n_episodes, deterministic=True, return_episode_rewards=True
-        )
-    finally:
-        env.close()
-    return EvalResult([float(r) for r in returns], [int(n) for n in lengths])
+    n_envs = min(check_positive_int("n_episodes", n_episodes), MAX_PARALLEL_EPISODES)
+    return evaluate(policy, env_id, n_episodes, seed, deterministic=True, n_envs=n_envs)
 
 
 def solved_threshold(env_id: str) -> tuple[float | None, str]:
