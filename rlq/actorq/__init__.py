@@ -10,6 +10,8 @@ steps, act with quantized inference and send their transitions to the learner's 
 - :func:`ray_session`: one Ray instance for several ``train`` calls.
 - :class:`D4PG`: the paper's learner (distributional critic, n-step returns) as a Stable-Baselines3 algorithm.
 - :func:`encode_policy` / :func:`decode_policy`: the broadcast wire format at any precision.
+- :func:`predict_speedup` / :func:`speedup_curve`: the end-to-end speedup of quantized actors predicted from measured
+  costs, and which side (actors or learner) binds.
 - :func:`measure_engines` / :func:`choose_backend`: actor inference engines (PyTorch, ONNX Runtime) measured.
 
 Builds on ``rlq.quant`` (quantization, latency), ``rlq.rl.agents`` (SB3 models) and ``rlq.rl.envs``; nothing below
@@ -32,6 +34,7 @@ _HOMES = {
     "categorical_projection": "d4pg",
     "ActorQConfig": "config",
     "ActorQConfigError": "config",
+    "learner_device": "config",
     "OnnxEngine": "inference",
     "TorchEngine": "inference",
     "choose_backend": "inference",
@@ -45,6 +48,11 @@ _HOMES = {
     "ActorQResult": "result",
     "TrainingProgress": "result",
     "time_to_return": "result",
+    "SpeedupPrediction": "cost_model",
+    "StepCosts": "cost_model",
+    "predict_speedup": "cost_model",
+    "speedup_curve": "cost_model",
+    "step_costs": "cost_model",
     "ray_session": "runtime",
     "train": "training",
 }
@@ -52,7 +60,8 @@ _HOMES = {
 if TYPE_CHECKING:
     from rlq.actorq.architecture import PolicyArchitecture
     from rlq.actorq.broadcast import DecodedPolicy, QuantizedWeight, decode_policy, encode_policy
-    from rlq.actorq.config import ActorQConfig, ActorQConfigError
+    from rlq.actorq.config import ActorQConfig, ActorQConfigError, learner_device
+    from rlq.actorq.cost_model import SpeedupPrediction, StepCosts, predict_speedup, speedup_curve, step_costs
     from rlq.actorq.d4pg import D4PG, categorical_projection
     from rlq.actorq.inference import OnnxEngine, TorchEngine, choose_backend, make_engine, measure_engines
     from rlq.actorq.policy import PolicyNet, architecture_of, policy_weights
@@ -92,10 +101,16 @@ __all__ = [
     "choose_backend",
     "decode_policy",
     "encode_policy",
+    "learner_device",
     "make_engine",
     "measure_engines",
     "policy_weights",
+    "SpeedupPrediction",
+    "StepCosts",
+    "predict_speedup",
     "ray_session",
+    "speedup_curve",
+    "step_costs",
     "time_to_return",
     "train",
 ]

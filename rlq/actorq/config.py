@@ -30,6 +30,17 @@ IDENTITY_FIELDS = (
 )
 
 
+def learner_device(name: str) -> str:
+    """Return the learner device for ``name``: cpu, cuda, or for auto cuda when PyTorch sees a GPU, else cpu."""
+    if name == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name != "cpu" and not (isinstance(name, str) and name.startswith("cuda")):
+        raise ActorQConfigError(f"learner device {name!r}: choose cpu, cuda or auto")
+    return name
+
+
 class ActorQConfigError(ValueError):
     """A bad ActorQ configuration: raised before any process, model or environment is started."""
 

@@ -17,6 +17,9 @@
 - :mod:`~rlq.experiments.quarl.actorq` (``quarl_actorq``): :func:`train_actorq`, :func:`actorq_summary`,
   :func:`actor_breakdown`, :func:`learner_breakdown`, :func:`breakdown_table`, :func:`speedup`,
   :func:`actorq_numbers`.
+- :mod:`~rlq.experiments.quarl.regimes` (``quarl_actorq``): :func:`train_regimes`, :func:`regime_runs`,
+  :func:`regime_comparison` (measured speedup beside :func:`rlq.actorq.predict_speedup`'s), :func:`regime_estimates`,
+  :func:`paper_setting_curve`.
 - :mod:`~rlq.experiments.quarl.figures`: their Plotly figures (``from rlq.experiments.quarl import figures``;
   not re-exported here, so importing the package does not import Plotly).
 """
@@ -75,6 +78,15 @@ from rlq.experiments.quarl.qat import (
     qat_vs_ptq,
     qat_vs_ptq_table,
 )
+from rlq.experiments.quarl.regimes import (
+    first_factor_reaching,
+    paper_setting_curve,
+    regime_comparison,
+    regime_estimates,
+    regime_numbers,
+    regime_runs,
+    train_regimes,
+)
 from rlq.experiments.quarl.runs import (
     CALIBRATION_SEED_OFFSET,
     ON_POLICY,
@@ -86,16 +98,16 @@ from rlq.experiments.quarl.runs import (
 
 __all__ = [
     "ACTOR_PARTS",
+    "ActorQResults",
     "CALIBRATION_SEED_OFFSET",
     "LEARNER_PARTS",
     "ON_POLICY",
     "PTQ_CACHE",
+    "Progress",
+    "RunSpec",
     "STATED_THRESHOLDS",
     "STORED_PRECISIONS",
     "ZOO",
-    "ActorQResults",
-    "Progress",
-    "RunSpec",
     "actor_breakdown",
     "actor_breakdown_shares",
     "actorq_curves",
@@ -108,6 +120,7 @@ __all__ = [
     "evaluate_agent",
     "evaluate_episodes",
     "evaluate_ptq",
+    "first_factor_reaching",
     "judged_agents",
     "latency_claim_lines",
     "latency_numbers",
@@ -116,6 +129,7 @@ __all__ = [
     "network_spaces",
     "noise_control_table",
     "paper_breakdown",
+    "paper_setting_curve",
     "parse_runs",
     "precision_intervals",
     "ptq_after_training",
@@ -132,6 +146,10 @@ __all__ = [
     "qat_summary",
     "qat_vs_ptq",
     "qat_vs_ptq_table",
+    "regime_comparison",
+    "regime_estimates",
+    "regime_numbers",
+    "regime_runs",
     "seed_task_matrix",
     "size_table",
     "solved_threshold",
@@ -139,4 +157,5 @@ __all__ = [
     "stored_sizes",
     "task_name",
     "train_actorq",
+    "train_regimes",
 ]

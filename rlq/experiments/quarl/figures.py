@@ -334,3 +334,68 @@ def sizes_figure(stored: pd.DataFrame) -> go.Figure:
         title="Serialized weights of each network at each precision",
     )
     return fig
+
+
+def regime_figure(comparison: pd.DataFrame, estimates: pd.DataFrame, target: float = 1.5) -> go.Figure:
+    """Return per regime the measured speedup of each seed, its IQM with 95% interval, and the predicted speedup.
+
+    ``comparison`` and ``estimates`` are :func:`rlq.experiments.quarl.regime_comparison` and
+    :func:`~rlq.experiments.quarl.regime_estimates`; the dotted line is ``target`` (the paper's lower end).
+    """
+    fig = go.Figure()
+    styles = {
+        "measured_speedup": ("measured (steps/s)", "#ef553b", "circle"),
+        "time_speedup": ("measured (time to threshold)", "#ab63fa", "square"),
+        "predicted_speedup": ("predicted by the cost model", "#636efa", "diamond"),
+    }
+    for measure, (label, color, symbol) in styles.items():
+        est = estimates[estimates["measure"] == measure]
+        if est.empty:
+            continue
+        fig.add_scatter(
+            x=est["regime"], y=est["value"], mode="markers", name=f"{label}: IQM, 95% interval",
+            marker=dict(color=color, symbol=symbol, size=12), offsetgroup=measure,
+            error_y=dict(type="data", symmetric=False, array=est["upper"] - est["value"],
+                         arrayminus=est["value"] - est["lower"]),
+        )  # fmt: skip
+        seeds = comparison[["regime", measure]].dropna()
+        fig.add_scatter(
+            x=seeds["regime"], y=seeds[measure], mode="markers", name=f"{label}: seeds", offsetgroup=measure,
+            marker=dict(color=color, symbol=symbol, size=6, opacity=0.45), showlegend=False,
+        )  # fmt: skip
+    fig.add_hline(y=1.0, line_color="grey")
+    fig.add_hline(
+        y=target, line_dash="dot", line_color="grey", annotation_text=f"paper's lower end {target}x"
+    )
+    fig.update_layout(
+        template=TEMPLATE, scattermode="group", yaxis_title="int8 over fp32 actors (x)", height=420,
+        title="End-to-end speedup of int8 actors per regime: measured beside predicted",
+    )  # fmt: skip
+    return fig
+
+
+def speedup_curve_figure(curve: pd.DataFrame, paper_range: tuple[float, float] = (1.5, 2.5)) -> go.Figure:
+    """Return the predicted speedup at the paper's setting against how much faster the learner is than this CPU's.
+
+    ``curve`` is :func:`rlq.experiments.quarl.paper_setting_curve`'s table; the band is the paper's range. A
+    ``measured`` column, where present, is drawn as points (e.g. a GPU learner's measured factor and speedup).
+    """
+    fig = go.Figure()
+    fig.add_hrect(y0=paper_range[0], y1=paper_range[1], fillcolor="green", opacity=0.1, line_width=0,
+                  annotation_text="paper: 1.5-2.5x")  # fmt: skip
+    text = [
+        f"fp32: {a} bound, int8: {b} bound"
+        for a, b in zip(curve["bound_fp32"], curve["bound_q"], strict=True)
+    ]
+    fig.add_scatter(x=curve["learner_factor"], y=curve["speedup"], mode="lines+markers", name="predicted",
+                    text=text, hovertemplate="N=%{x}: %{y:.2f}x<br>%{text}")  # fmt: skip
+    if "measured" in curve.columns and curve["measured"].notna().any():
+        pts = curve[curve["measured"].notna()]
+        fig.add_scatter(x=pts["learner_factor"], y=pts["measured"], mode="markers", name="measured",
+                        marker=dict(size=12, symbol="star"))  # fmt: skip
+    fig.update_xaxes(type="log", title_text="learner N times faster than this CPU's (1 core)")
+    fig.update_layout(
+        template=TEMPLATE, yaxis_title="predicted end-to-end speedup, int8 over fp32 actors (x)", height=400,
+        title="The paper's setting (4 actors, 2048x3, batch 256, 32 samples per insert), predicted",
+    )  # fmt: skip
+    return fig

@@ -1,0 +1,110 @@
+"""ActorQ's regimes: runs per regime, seed and precision; measured speedup beside the cost model's; the paper curve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlq.actorq import ActorQConfigError
+from rlq.actorq.cost_model import steady_steps_per_s
+from rlq.experiments.quarl import (
+    paper_setting_curve,
+    regime_comparison,
+    regime_estimates,
+    regime_runs,
+    train_regimes,
+)
+
+BASE = dict(env_id="Pendulum-v1", algorithm="TD3", n_actors=1, learning_starts=200, update_period=20, eval_every=20,
+            eval_episodes=1, torch_threads=1, backend="local", learner_steps=40, actor_backend="torch")  # fmt: skip
+REGIMES = {
+    "busy_learner": {"description": "many updates per step", "hidden_sizes": [64, 64], "batch_size": 64,
+                     "samples_per_insert": 32.0},
+    "light_learner": {"description": "few updates per step", "hidden_sizes": [64, 64], "batch_size": 32,
+                      "samples_per_insert": 4.0},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return train_regimes(REGIMES, [0, 1], ["fp32", "int8"], out=tmp_path_factory.mktemp("regimes"), base=BASE)
+
+
+def test_one_run_per_regime_seed_and_precision(results):
+    assert sorted(results) == sorted((r, s, p) for r in REGIMES for s in (0, 1) for p in ("fp32", "int8"))
+    light = results[("light_learner", 1, "int8")]
+    assert light.config.seed == 1 and light.config.batch_size == 32 and light.config.samples_per_insert == 4.0
+    assert light.config.hidden_sizes == (64, 64) and light.config.actor_precision == "int8"
+    assert light.learner_steps == 40
+    # The same learner rate limit: 4 samples per insert at batch 32 is one update per 8 transitions.
+    assert light.env_steps >= 200 + 40 * 8
+    table = regime_runs(results, return_threshold=-1e9)
+    assert len(table) == 8 and (table["steps_per_s"] > 0).all()
+    assert (table["time_to_threshold_s"].notna()).all()  # every run "reaches" a threshold below any return
+
+
+def test_comparison_matches_an_independent_computation(results):
+    comparison = regime_comparison(results, return_threshold=-1e9)
+    assert len(comparison) == 4 and set(comparison["layout"]) == {"serial"}
+    row = comparison[(comparison.regime == "light_learner") & (comparison.seed == 0)].iloc[0]
+    f32, q = results[("light_learner", 0, "fp32")], results[("light_learner", 0, "int8")]
+    assert row.measured_speedup == pytest.approx(
+        steady_steps_per_s(q.history) / steady_steps_per_s(f32.history)
+    )
+
+    # Serial layout by hand: each run's actor seconds per step plus the (shared) learner seconds per step.
+    def actor(r):
+        b, policy = r.breakdown, r.env_steps - 200
+        timers = ("actor_inference", "actor_pull", "actor_deserialize", "actor_load", "actor_other")
+        return b["actor_env_step"] / r.env_steps + sum(b[k] for k in timers) / policy
+
+    def learner(r):
+        b = r.breakdown
+        update = (b["learner_sample"] + b["learner_update"]) / r.learner_steps
+        return update, (b["learner_insert"] + b["broadcast"]) / r.env_steps
+
+    (u32, d32), (uq, dq) = learner(f32), learner(q)
+    per_step = (u32 + uq) / 2 * 4.0 / 32 + (d32 + dq) / 2
+    expected = (actor(f32) + per_step) / (actor(q) + per_step)
+    assert row.predicted_speedup == pytest.approx(expected, rel=1e-9)
+    assert row.error_pct == pytest.approx(100 * (expected / row.measured_speedup - 1))
+    assert row.bound_fp32 == row.bound_q == "serial"
+
+
+def test_estimates_per_regime_and_measure(results):
+    estimates = regime_estimates(regime_comparison(results, return_threshold=-1e9))
+    assert set(estimates["regime"]) == set(REGIMES)
+    assert set(estimates["measure"]) == {"measured_speedup", "time_speedup", "predicted_speedup"}
+    assert (estimates["n"] == 2).all()
+    assert (estimates["lower"] <= estimates["value"] + 1e-12).all()
+    assert (estimates["value"] <= estimates["upper"] + 1e-12).all()
+    # A threshold nobody reaches leaves the time speedup out rather than recording NaN.
+    unreached = regime_estimates(regime_comparison(results, return_threshold=1e9))
+    assert "time_speedup" not in set(unreached["measure"])
+
+
+def test_paper_curve_uses_both_regimes(results):
+    from rlq.actorq.cost_model import result_costs
+
+    curve = paper_setting_curve(results, "light_learner", "busy_learner", [1, 1e6])
+    assert list(curve["learner_factor"]) == [1.0, 1e6]
+    # A learner a million times faster leaves the 4 actors (each on its own core) binding at both precisions:
+    # the speedup is then the ratio of the light regime's mean actor costs per step.
+    assert curve["bound_fp32"].iloc[-1] == curve["bound_q"].iloc[-1] == "actors"
+
+    def mean_actor(p):
+        return np.mean([result_costs(results[("light_learner", s, p)]).actor_seconds_per_step for s in (0, 1)])
+
+    assert curve["speedup"].iloc[-1] == pytest.approx(mean_actor("fp32") / mean_actor("int8"))
+    with pytest.raises(ValueError, match="no fp32 run of regime 'missing'"):
+        paper_setting_curve(results, "missing", "busy_learner", [1])
+
+
+def test_bad_regime_fails_before_anything_trains(tmp_path):
+    with pytest.raises(ActorQConfigError, match="batch_size"):
+        train_regimes(
+            {"ok": {"hidden_sizes": [8]}, "bad": {"batch_size": 0}}, [0], ["fp32"], out=tmp_path, base=BASE
+        )
+    assert not (tmp_path / "checkpoints").exists()
+    with pytest.raises(ValueError, match="regimes is empty"):
+        train_regimes({}, [0], ["fp32"], out=tmp_path, base=BASE)
