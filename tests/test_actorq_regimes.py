@@ -15,8 +15,8 @@ from rlq.experiments.quarl import (
     train_regimes,
 )
 
-BASE = dict(env_id="Pendulum-v1", algorithm="TD3", n_actors=1, learning_starts=200, update_period=20, eval_every=20,
-            eval_episodes=1, torch_threads=1, backend="local", learner_steps=40, actor_backend="torch")  # fmt: skip
+BASE = dict(env_id="Pendulum-v1", algorithm="TD3", n_actors=1, learning_starts=200, update_period=20, eval_every=10,
+            eval_episodes=1, torch_threads=1, backend="local", learner_steps=20, actor_backend="torch")  # fmt: skip
 REGIMES = {
     "busy_learner": {"description": "many updates per step", "hidden_sizes": [64, 64], "batch_size": 64,
                      "samples_per_insert": 32.0},
@@ -35,9 +35,9 @@ def test_one_run_per_regime_seed_and_precision(results):
     light = results[("light_learner", 1, "int8")]
     assert light.config.seed == 1 and light.config.batch_size == 32 and light.config.samples_per_insert == 4.0
     assert light.config.hidden_sizes == (64, 64) and light.config.actor_precision == "int8"
-    assert light.learner_steps == 40
+    assert light.learner_steps == 20
     # The same learner rate limit: 4 samples per insert at batch 32 is one update per 8 transitions.
-    assert light.env_steps >= 200 + 40 * 8
+    assert light.env_steps >= 200 + 20 * 8
     table = regime_runs(results, return_threshold=-1e9)
     assert len(table) == 8 and (table["steps_per_s"] > 0).all()
     assert (table["time_to_threshold_s"].notna()).all()  # every run "reaches" a threshold below any return
