@@ -58,3 +58,14 @@ def test_every_claim_names_a_paper_row_a_family_and_a_direction():
     for claim in CLAIMS:
         assert (claim.paper, claim.experiment, claim.metric) in rows
         assert claim.family in FAMILIES and claim.direction in (">=", "<=") and claim.unit
+
+
+def test_actorq_speedup_is_judged_in_the_regime_it_was_measured_in():
+    claim = _claim("end_to_end_speedup_min", "actorq")
+    results = _results(claim.estimate, 1.7, 1.55, 1.9)
+    results["estimates"][claim.estimate] |= {"regime": "actor_bound", "description": "one update per 80 steps"}
+    got = judge(claim, results, 1.5)
+    assert got.verdict == "holds" and got.threshold == 1.5
+    assert got.setting == "measured in the actor_bound regime: one update per 80 steps"
+    straddles = judge(claim, _results(claim.estimate, 1.51, 1.36, 1.67), 1.5)
+    assert straddles.verdict == "inconclusive" and straddles.setting is None  # no regime recorded
