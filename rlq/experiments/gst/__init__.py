@@ -8,7 +8,7 @@ In the order the notebooks call it:
   (GST's knobs swept) list the runs.
 - :mod:`~rlq.experiments.gst.runs`: :func:`train_and_evaluate_all` trains them (through
   :func:`train_and_evaluate` and :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
-- :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`controller_decisions`,
+- :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
   :func:`gst_start_compression`, :func:`layers_of`, :func:`sweep_table` and :func:`sweep_numbers` turn the
   tables into what the notebooks show and record.
 - :mod:`~rlq.experiments.gst.classification`: :func:`load_classification_data`, :func:`train_classifiers`,
@@ -53,6 +53,7 @@ from rlq.experiments.gst.tables import (
     gst_start_compression,
     layers_of,
     method_means,
+    phase_returns,
     score_column,
     seed_estimates,
     sweep_numbers,
@@ -81,6 +82,7 @@ __all__ = [
     "make_callback",
     "method_jobs",
     "method_means",
+    "phase_returns",
     "run_line",
     "score_column",
     "seed_estimates",

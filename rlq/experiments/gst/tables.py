@@ -151,3 +151,31 @@ def sweep_numbers(table: pd.DataFrame, summary: pd.DataFrame, events: pd.DataFra
         "best_avg_compression": float(table["avg_compression_ratio"].max()),
         "transition_shift": {str(k): float(v) for k, v in transition_shifts(events).items()},
     }
+
+
+def phase_returns(
+    curve: pd.DataFrame, total_timesteps: int, edges: Sequence[float] = (0.0, 0.5, 0.8, 1.0)
+) -> pd.DataFrame:
+    """Return the mean training-episode return per method, seed and phase of training (one column per phase).
+
+    ``curve`` has columns timestep, episode_return, seed, method (a run's ``curve.csv``, several stacked);
+    ``edges`` are fractions of ``total_timesteps`` (GST's defaults: 0.5 ends the block-circulant phase, 0.8
+    ends pruning). A phase column is named by its percent range, e.g. ``"0-50%"``; an episode belongs to the
+    phase its final step falls in, the last edge included.
+    """
+    if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise ValueError(f"edges={list(edges)}: need at least two increasing fractions")
+    missing = {"timestep", "episode_return", "seed", "method"} - set(curve.columns)
+    if missing:
+        raise ValueError(f"curve lacks columns {sorted(missing)}")
+    labels = [f"{100 * a:g}-{100 * b:g}%" for a, b in zip(edges, edges[1:], strict=False)]
+    bins = [e * total_timesteps for e in edges]
+    phase = pd.cut(curve["timestep"], bins=bins, labels=labels, include_lowest=True, right=True)
+    table = (
+        curve.assign(phase=phase)
+        .dropna(subset=["phase"])
+        .groupby(["method", "seed", "phase"], observed=True)["episode_return"]
+        .mean()
+        .unstack("phase")
+    )
+    return table.reindex(columns=labels).reset_index()
