@@ -1,0 +1,70 @@
+"""Sparse and low-bit together (issue 16, ``combo_sparse_quant``): GST, gradual pruning, PTQ int8 and QAT composed on TD3.
+
+In the order the notebook calls it:
+
+- :mod:`~rlq.experiments.combo.jobs`: :func:`combo_jobs` lists one training per task, seed and training kind
+  (five kinds give the seven methods); :func:`train_all` trains them with checkpoints and resume, deploys
+  every derived method and gathers the tables.
+- :mod:`~rlq.experiments.combo.methods`: :data:`METHODS`, :data:`TRAININGS`, :data:`DERIVED`; how each method
+  is stored, run and timed (:func:`deploy_actor`, :func:`deploy_and_measure`, :func:`measure_side_by_side`).
+- :mod:`~rlq.experiments.combo.tables`: :func:`method_summary` (IQM and interval over seeds, bits, latency
+  ratio), :func:`pareto_front`, :func:`with_fronts`, :func:`best_within_dense`, :func:`combo_estimates`,
+  :func:`combo_numbers`, :func:`paper_comparison`.
+- :mod:`~rlq.experiments.combo.figures`: the Pareto figures (``from rlq.experiments.combo import figures``).
+"""
+
+from rlq.experiments.combo.jobs import JOB_CONFIG, check_run_config, combo_jobs, train_all, train_and_deploy
+from rlq.experiments.combo.methods import (
+    DERIVED,
+    INT8_METHODS,
+    METHODS,
+    QAT_METHODS,
+    REFERENCE,
+    TRAININGS,
+    DeployedActor,
+    deploy_actor,
+    deploy_and_measure,
+    deployment,
+    measure_side_by_side,
+    method_label,
+    trainings_for,
+)
+from rlq.experiments.combo.tables import (
+    DENSE_BITS,
+    best_within_dense,
+    combo_estimates,
+    combo_numbers,
+    method_summary,
+    paper_comparison,
+    pareto_front,
+    with_fronts,
+)
+
+__all__ = [
+    "DENSE_BITS",
+    "DERIVED",
+    "INT8_METHODS",
+    "JOB_CONFIG",
+    "METHODS",
+    "QAT_METHODS",
+    "REFERENCE",
+    "TRAININGS",
+    "DeployedActor",
+    "best_within_dense",
+    "check_run_config",
+    "combo_estimates",
+    "combo_jobs",
+    "combo_numbers",
+    "deploy_actor",
+    "deploy_and_measure",
+    "deployment",
+    "measure_side_by_side",
+    "method_label",
+    "method_summary",
+    "paper_comparison",
+    "pareto_front",
+    "train_all",
+    "train_and_deploy",
+    "trainings_for",
+    "with_fronts",
+]

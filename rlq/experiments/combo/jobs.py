@@ -1,0 +1,186 @@
+"""``combo_sparse_quant`` runs: one TD3 training per task, training kind and seed, then its methods deployed.
+
+Each job trains (or resumes) one agent in its own folder ``out/runs/<env id>__<training>__<seed>`` with
+checkpoints (:func:`rlq.experiments.gst.train_compressed`; with QAT, :class:`rlq.sb3.qat.QATCallback` in
+the same ``learn``), then deploys and measures the methods derived from it
+(:func:`rlq.experiments.combo.methods.deploy_and_measure`). :func:`train_all` runs the jobs through
+:func:`rlq.rl.parallel.run_jobs` with a result store in ``out/jobs/``: a resumed notebook loads finished
+jobs and continues an interrupted one from its newest checkpoint. A run folder remembers the settings it
+was trained with (``combo_job.json``); a job given other settings refuses to resume it rather than mixing
+two configurations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from rlq.core.jsonio import json_safe, read_json, write_json
+from rlq.core.validation import check_positive_int
+from rlq.experiments.combo.methods import DERIVED, TRAININGS, check_methods, deploy_and_measure, trainings_for
+
+JOB_CONFIG = "combo_job.json"
+"""The settings a run folder was trained with; a job with other settings refuses to resume it."""
+
+
+def check_run_config(run_dir: str | Path, config: dict[str, Any]) -> None:
+    """Write ``config`` into ``run_dir`` the first time; raise ValueError when a later job's differs from it."""
+    path = Path(run_dir) / JOB_CONFIG
+    config = json.loads(json.dumps(json_safe(config)))
+    if path.is_file():
+        saved = read_json(path)
+        if saved != config:
+            changed = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+            raise ValueError(
+                f"{run_dir} was trained with other settings (differing: {changed}); resuming it would mix two "
+                "configurations. Use a new run folder, or move this one away."
+            )
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, config)
+
+
+def train_and_deploy(
+    training: str,
+    env_id: str,
+    total_timesteps: int,
+    *,
+    seed: int,
+    run_dir: str | Path,
+    methods: Sequence[str],
+    hyperparams: dict[str, Any],
+    gst: dict[str, Any],
+    pruning: dict[str, Any],
+    qat_bits: int = 4,
+    qat_delay_steps: int = 0,
+    eval_episodes: int = 5,
+    latency_repeats: int = 200,
+    latency_rounds: int = 5,
+    checkpoint_every: int = 0,
+    reward_window: int = 10,
+    log_every: int = 1000,
+    torch_threads: int | None = None,
+    keys: dict[str, Any] | None = None,
+    callbacks: list[Any] | None = None,
+) -> dict[str, Any]:
+    """Return one job's result: ``rows`` (one per derived method, :func:`deploy_and_measure`'s columns plus keys) and ``training``.
+
+    ``training`` is a key of :data:`TRAININGS`; only the ``methods`` it derives (:data:`DERIVED`) are deployed.
+    ``callbacks`` run after the compression and QAT callbacks (tests interrupt training with one). Picklable,
+    for worker processes; ``torch_threads`` sets this process's thread count.
+    """
+    from rlq.experiments.gst import train_compressed
+    from rlq.sb3.qat import QATCallback
+
+    if training not in TRAININGS:
+        raise ValueError(f"unknown training {training!r}; choose from {', '.join(TRAININGS)}")
+    if torch_threads is not None:
+        torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
+    compression, with_qat = TRAININGS[training]
+    derived = [m for m in check_methods(methods) if m in DERIVED[training]]
+    config = dict(training=training, env_id=env_id, total_timesteps=total_timesteps, seed=seed,
+                  hyperparams=hyperparams, gst=gst if compression == "gst" else None,
+                  pruning=pruning if compression == "pruning" else None,
+                  qat_bits=qat_bits if with_qat else None, qat_delay_steps=qat_delay_steps if with_qat else None)  # fmt: skip
+    check_run_config(run_dir, config)
+    qat = [QATCallback(qat_bits, delay_steps=qat_delay_steps)] if with_qat else []
+    run = train_compressed(
+        compression, "TD3", env_id, total_timesteps, seed=seed, hyperparams=hyperparams, run_dir=run_dir,
+        checkpoint_every=checkpoint_every, gst=gst, pruning=pruning, reward_window=reward_window,
+        log_every=log_every, callbacks=[*qat, *(callbacks or [])],
+    )  # fmt: skip
+    rows = deploy_and_measure(
+        run.model, env_id, derived, seed=seed, folder=Path(run_dir) / "deployed", qat_bits=qat_bits,
+        eval_episodes=eval_episodes, latency_repeats=latency_repeats, latency_rounds=latency_rounds,
+    )  # fmt: skip
+    keys = dict(keys or {"env_id": env_id, "training": training, "seed": seed})
+    returns = run.curve["episode_return"].tail(reward_window)
+    training_row = {
+        **keys,
+        "timesteps": int(run.model.num_timesteps),
+        "train_wall_time_s": run.wall_time_s,
+        "avg_compression_ratio": run.average_compression_ratio,
+        "final_train_return": float(returns.mean()) if len(returns) else float("nan"),
+        "resumed_from": run.resumed_from,
+    }
+    extra = {k: training_row[k] for k in ("timesteps", "train_wall_time_s", "avg_compression_ratio")}
+    rows = [{"env_id": env_id, "seed": seed, "training": training, **row, **extra} for row in rows]
+    return {"keys": keys, "rows": rows, "training": training_row}
+
+
+def combo_jobs(
+    out: str | Path,
+    *,
+    env_ids: Sequence[str],
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    total_timesteps: int,
+    qat_delay_fraction: float = 0.5,
+    **job: Any,
+) -> list[dict[str, Any]]:
+    """Return one :func:`train_and_deploy` job per task, seed and needed training (in that nesting).
+
+    ``job`` holds the arguments every job shares (``hyperparams``, ``gst``, ``pruning``, ``qat_bits``,
+    ``eval_episodes``, ...). QAT switches on after ``qat_delay_fraction`` of the steps (QuaRL's recipe: half).
+    """
+    if not 0 <= qat_delay_fraction < 1:
+        raise ValueError(f"qat_delay_fraction must be in [0, 1), got {qat_delay_fraction}")
+    methods = check_methods(methods)
+    jobs = []
+    for env_id in env_ids:
+        for seed in seeds:
+            for training in trainings_for(methods):
+                # the derived methods are part of the key: a stored result never stands in for other methods
+                derived = ",".join(m for m in methods if m in DERIVED[training])
+                keys = {"env_id": env_id, "training": training, "seed": seed, "methods": derived}
+                jobs.append(dict(
+                    training=training, env_id=env_id, total_timesteps=total_timesteps, seed=seed, keys=keys,
+                    run_dir=Path(out) / "runs" / f"{env_id.replace('/', '_')}__{training}__{seed}",
+                    methods=methods, qat_delay_steps=int(qat_delay_fraction * total_timesteps), **job,
+                ))  # fmt: skip
+    return jobs
+
+
+def train_all(
+    jobs: Sequence[dict[str, Any]],
+    *,
+    out: str | Path | None = None,
+    workers: int = 1,
+    executor: str = "processes",
+    ray_address: str | None = None,
+    progress: Callable[[str], Any] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Return ``(methods table, trainings table)`` of every job: one row per task, seed and method; one per training.
+
+    Jobs run ``workers`` at a time (``executor``, ``ray_address``: :func:`rlq.rl.parallel.run_jobs`); with
+    ``out`` each finished job is saved into ``out/jobs/`` (a resumed run loads it) and both tables are written
+    as ``out/methods.csv`` and ``out/trainings.csv``. ``progress`` (``print``) gets a line per finished job.
+    """
+    from rlq.experiments.gst.runs import keys_label
+    from rlq.rl.parallel import JOBS_FOLDER, run_jobs
+
+    def finished(index: int, result: dict[str, Any]) -> None:
+        if progress is not None:
+            row = result["training"]
+            parts = ", ".join(f"{r['method']} return {r['eval_return']:.1f} at {r['bits_per_weight']:.2f} bits"
+                              for r in result["rows"])  # fmt: skip
+            progress(
+                f"{keys_label(result['keys'])}: {row['timesteps']} steps in {row['train_wall_time_s']:.0f} s; {parts}"
+            )
+
+    labels = [keys_label(job["keys"]) for job in jobs]
+    results = run_jobs(
+        train_and_deploy, jobs, workers=workers, on_result=finished, labels=labels, executor=executor,
+        ray_address=ray_address, store=Path(out) / JOBS_FOLDER if out is not None else None,
+    )  # fmt: skip
+    methods = pd.DataFrame([row for r in results for row in r["rows"]])
+    trainings = pd.DataFrame([r["training"] for r in results])
+    if out is not None:
+        methods.to_csv(Path(out) / "methods.csv", index=False)
+        trainings.to_csv(Path(out) / "trainings.csv", index=False)
+    return methods, trainings

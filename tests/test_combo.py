@@ -1,0 +1,218 @@
+"""combo_sparse_quant: bits of every deployed method against an independent count, the Pareto helper, resume."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import interrupt_at
+from rlq.compress import is_block_circulant
+from rlq.compress.block_circulant import stored_target
+from rlq.compress.masks import mask_of, stored_tensor
+from rlq.experiments.combo import (
+    METHODS,
+    best_within_dense,
+    check_run_config,
+    combo_jobs,
+    deploy_actor,
+    deployment,
+    method_summary,
+    pareto_front,
+    train_and_deploy,
+    trainings_for,
+)
+from rlq.rl.agents import make_model
+from rlq.sb3.action_path import action_network
+from rlq.sb3.gst import GSTCallback
+from rlq.sb3.pruning import GradualPruningCallback
+from rlq.sb3.qat import QATCallback
+
+HYPER = {
+    "policy_kwargs": {"net_arch": [16, 16]},
+    "learning_starts": 40,
+    "buffer_size": 1000,
+    "batch_size": 16,
+}
+#: rewards never count as a drop: GST's target rises at every update (deterministic)
+ALWAYS_HOLDS = {"window": 1, "step_size": 0.1, "max_sparsity": 0.9, "abs_tolerance": 1e9}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class ScriptedGST(GSTCallback):
+    @property
+    def mean_reward(self) -> float | None:
+        return 1.0
+
+
+def gst() -> GSTCallback:
+    """GST over 240 steps that stays block-circulant (B = 4) and prunes its B-vectors from 25% of training."""
+    return ScriptedGST(total_steps=240, block_schedule=((0.0, 4),), bc_end=1.0, s_shift=0.25, prune_every=10,
+                       sparsity=ALWAYS_HOLDS)  # fmt: skip
+
+
+def pruning() -> GradualPruningCallback:
+    return GradualPruningCallback(final_sparsity=0.75, start_fraction=0.1, end_fraction=0.6, update_every=10)
+
+
+def trained(*callbacks):
+    model = make_model("TD3", "Pendulum-v1", seed=0, hyperparams=HYPER)
+    if callbacks:
+        model.learn(240, callback=list(callbacks))
+    return model
+
+
+@pytest.fixture(scope="module")
+def agents() -> dict:
+    """The agent each method is derived from, trained as :data:`rlq.experiments.combo.TRAININGS` says."""
+    torch.set_num_threads(1)
+    dense, pruned, block = trained(), trained(pruning()), trained(gst())
+    return {
+        "dense": dense,
+        "ptq_int8": dense,
+        "pruning_ptq_int8": pruned,
+        "gst": block,
+        "gst_ptq_int8": block,
+        "gst_qat": trained(gst(), QATCallback(4)),
+        "pruning_qat": trained(pruning(), QATCallback(4)),
+    }
+
+
+def index_bits_by_hand(mask: torch.Tensor) -> int:
+    """The cheaper of a bitmask and relative indices (gap - 1 in the fewest bits that hold the largest gap)."""
+    flat = mask.detach().reshape(-1).numpy().astype(bool)
+    kept = np.flatnonzero(flat)
+    if not len(kept):
+        return 0
+    gaps = np.diff(np.concatenate([[-1], kept]))
+    width = max(1, math.ceil(math.log2(gaps.max())))
+    return min(flat.size, len(kept) * width)
+
+
+def count_by_hand(model, bits: int | None, per_channel: bool | None) -> float:
+    """Stored bits of the actor's weights over its dense count: values, index, 32-bit scales (no bits.py code)."""
+    network, _ = action_network(model)
+    total = dense = 0
+    for layer in (m for m in network.modules() if isinstance(m, torch.nn.Linear)):
+        out_features, in_features = layer.weight.shape
+        dense += out_features * in_features
+        target, name = stored_target(layer)
+        stored, mask = stored_tensor(target, name), mask_of(target, name)
+        kept = stored.numel() if mask is None else int(mask.sum())
+        total += kept * (32 if bits is None else bits)
+        total += 0 if mask is None else index_bits_by_hand(mask)
+        if bits is not None:  # one scale per tensor, or per output channel (per block row when circulant)
+            block = stored.shape[2] if is_block_circulant(layer) else 1
+            total += 32 * (out_features // block if per_channel else 1)
+    return total / dense
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bits_per_weight_of_each_method_match_an_independent_count(agents, method, tmp_path):
+    model = agents[method]
+    bits, per_channel, _ = deployment(method, 4)
+    actor = deploy_actor(model, method, tmp_path, qat_bits=4)
+    assert actor.bits_per_weight == pytest.approx(count_by_hand(model, bits, per_channel), rel=1e-12)
+    if method == "dense":
+        assert actor.bits_per_weight == 32.0
+    # the shipped file holds what is counted (plus a header and float32 biases)
+    network, _ = action_network(model)
+    dense = sum(m.weight.numel() for m in network.modules() if isinstance(m, torch.nn.Linear))
+    assert actor.packed_bytes >= actor.bits_per_weight * dense / 8
+    # the deployed actor acts like the model (int8 is re-quantized by ONNX Runtime: looser)
+    obs = np.stack([model.observation_space.sample() for _ in range(16)])
+    tolerance = 0.1 if method.endswith("int8") else 1e-4
+    np.testing.assert_allclose(
+        actor.policy.predict(obs)[0], model.predict(obs, deterministic=True)[0], atol=tolerance * 2
+    )  # fmt: skip  (Pendulum's actions span [-2, 2])
+
+
+def test_compressed_methods_store_fewer_bits(agents, tmp_path):
+    bits = {m: deploy_actor(agents[m], m, tmp_path, qat_bits=4).bits_per_weight for m in METHODS}
+    assert bits["dense"] == 32.0 and 8 < bits["ptq_int8"] < 9  # 8 plus one 32-bit scale per layer
+    assert bits["gst_ptq_int8"] < bits["gst"] < 32  # the same GST agent, stored at 8 instead of 32 bits
+    assert bits["pruning_ptq_int8"] < bits["ptq_int8"]
+    # 4-bit values, but one 32-bit scale per output channel: on 16-wide layers the scales cost ~2 bits a weight
+    assert bits["gst_qat"] < 8 and bits["pruning_qat"] < 8
+
+
+def test_pareto_front_on_a_hand_made_table():
+    table = pd.DataFrame(
+        {
+            "method": ["a", "b", "c", "d", "e", "f", "g", "h"],
+            "bits_per_weight": [32.0, 8.0, 4.0, 4.0, 1.0, 2.0, float("nan"), 4.0],
+            "return_iqm": [100.0, 100.0, 90.0, 80.0, 50.0, 40.0, 500.0, 90.0],
+        }
+    )
+    front = pareto_front(table, "bits_per_weight")
+    # a: b stores fewer bits at the same return; d: c is better; f: e has fewer bits and more return;
+    # g has no cost (NaN) and is never on the front; c and h tie and neither dominates the other
+    assert dict(zip(table["method"], front, strict=True)) == {
+        "a": False, "b": True, "c": True, "d": False, "e": True, "f": False, "g": False, "h": True,
+    }  # fmt: skip
+
+
+def test_summary_and_best_method_within_dense_interval():
+    rows = pd.DataFrame(
+        [
+            dict(env_id="E", seed=s, method=m, eval_return=r + s, bits_per_weight=b, packed_bytes=1.0,
+                 latency_us=10.0, latency_ratio=1.0)
+            for s in range(3)
+            for m, r, b in [("dense", 100, 32.0), ("gst_qat", 100, 1.2), ("pruning_qat", 20, 0.9), ("gst", 101, 9.0)]
+        ]
+    )  # fmt: skip
+    summary = method_summary(rows, reps=200)
+    assert list(summary["method"]) == ["dense", "gst", "gst_qat", "pruning_qat"]  # METHODS order
+    within = dict(zip(summary["method"], summary["within_dense_interval"], strict=True))
+    assert within == {"dense": True, "gst": True, "gst_qat": True, "pruning_qat": False}
+    best = best_within_dense(summary, "E")
+    assert best["method"] == "gst_qat" and best["compression_factor"] == pytest.approx(32 / 1.2)
+
+
+def test_five_trainings_give_the_seven_methods(tmp_path):
+    assert trainings_for(METHODS) == ["dense", "pruning", "gst", "gst_qat", "pruning_qat"]
+    assert trainings_for(["gst_ptq_int8", "dense"]) == ["dense", "gst"]
+    jobs = combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=METHODS, seeds=[0, 1], total_timesteps=100,
+                      hyperparams={}, gst={}, pruning={})  # fmt: skip
+    assert len(jobs) == 10 and jobs[0]["qat_delay_steps"] == 50
+    assert len({job["run_dir"] for job in jobs}) == 10
+    with pytest.raises(ValueError, match="unknown method"):
+        trainings_for(["qat"])
+
+
+def test_run_folder_refuses_other_settings(tmp_path):
+    check_run_config(tmp_path, {"seed": 0, "steps": 10})
+    check_run_config(tmp_path, {"seed": 0, "steps": 10})  # the same settings: resumes
+    with pytest.raises(ValueError, match="steps"):
+        check_run_config(tmp_path, {"seed": 0, "steps": 20})
+
+
+def test_interrupted_seed_resumes_from_its_checkpoint(tmp_path):
+    """GST and QAT in one learn, killed at step 200; the job called again continues from step 160."""
+    job = dict(
+        training="gst_qat", env_id="Pendulum-v1", total_timesteps=240, seed=0, run_dir=tmp_path / "run",
+        methods=METHODS, hyperparams=HYPER, pruning={"final_sparsity": 0.5},
+        gst={"block_schedule": [(0.0, 4)], "bc_end": 0.5, "s_shift": 0.5, "prune_every": 10,
+             "sparsity": ALWAYS_HOLDS},
+        qat_bits=4, qat_delay_steps=120, eval_episodes=1, latency_repeats=5, latency_rounds=1, checkpoint_every=80,
+    )  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        train_and_deploy(**job, callbacks=[interrupt_at(200)])
+    result = train_and_deploy(**job)
+    assert result["training"]["resumed_from"] == 160
+    assert result["training"]["timesteps"] == 240
+    (row,) = result["rows"]
+    assert row["method"] == "gst_qat" and row["bits_per_weight"] < 8
+    assert math.isfinite(row["eval_return"]) and row["latency_ratio"] > 0
+    with pytest.raises(ValueError, match="other settings"):
+        train_and_deploy(**{**job, "qat_bits": 3})
