@@ -11,19 +11,24 @@ In the order the notebooks call it:
 - :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
   :func:`gst_start_compression`, :func:`layers_of`, :func:`sweep_table` and :func:`sweep_numbers` turn the
   tables into what the notebooks show and record.
-- :mod:`~rlq.experiments.gst.classification`: :func:`load_classification_data`, :func:`train_classifiers`,
-  :func:`classification_tables`, :func:`layer_kinds` and :func:`classification_numbers`, the ResNet-32
-  comparison of ``gst_classification``.
+- :mod:`~rlq.experiments.gst.classification`: :func:`load_classification_data`, :func:`train_classifiers`
+  (per seed under ``seed_<s>/``), :func:`classification_tables`, :func:`mean_over_seeds`, :func:`layer_kinds`,
+  :func:`classification_estimates` and :func:`classification_numbers`, the ResNet-32 comparison of
+  ``gst_classification``.
 - :mod:`~rlq.experiments.gst.figures`: their Plotly figures (``from rlq.experiments.gst import figures``; not
   re-exported here, so importing the package does not import Plotly).
 """
 
 from rlq.experiments.gst.classification import (
+    classification_estimates,
     classification_numbers,
     classification_tables,
     layer_kinds,
     load_classification_data,
+    mean_over_seeds,
+    seed_folder,
     train_classifiers,
+    with_seed_column,
 )
 from rlq.experiments.gst.jobs import (
     LOG_POINTS,
@@ -70,6 +75,7 @@ __all__ = [
     "RUN_TABLES",
     "SUMMARY_MEANS",
     "CompressedRun",
+    "classification_estimates",
     "classification_numbers",
     "classification_tables",
     "compare_methods",
@@ -81,11 +87,13 @@ __all__ = [
     "load_classification_data",
     "make_callback",
     "method_jobs",
+    "mean_over_seeds",
     "method_means",
     "phase_returns",
     "run_line",
     "score_column",
     "seed_estimates",
+    "seed_folder",
     "sweep_jobs",
     "sweep_label",
     "sweep_numbers",
@@ -96,4 +104,5 @@ __all__ = [
     "train_classifiers",
     "train_compressed",
     "transition_shifts",
+    "with_seed_column",
 ]

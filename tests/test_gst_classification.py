@@ -1,0 +1,157 @@
+"""gst_classification over seeds: per-seed folders and resume, seed-stacked tables, legacy tables, the estimates."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from rlq.experiments import stats
+from rlq.experiments.gst import (
+    classification_estimates,
+    classification_numbers,
+    classification_tables,
+    load_classification_data,
+    mean_over_seeds,
+    seed_folder,
+    train_classifiers,
+    with_seed_column,
+)
+
+SCHEDULE = dict(
+    block_size=4, late_block_size=0, transition_at=0.25, bc_end=0.5, s_shift=1.0, max_sparsity=0.7,
+    step_size=0.05, tolerance=0.01, window=2, final_sparsity=0.7,
+)  # fmt: skip
+
+LEGACY_SUMMARY = """method,test_accuracy,accuracy_drop_vs_dense,final_compression,avg_compression,wall_time_s
+dense,98.9,0.0,0.0,0.0,10.0
+gst,98.3,0.6,69.8,72.3,8.0
+"""
+
+
+@pytest.fixture(scope="module")
+def data():
+    """The quick preset's data (digits at 8x8), cut to 160 training images so two seeds train in seconds."""
+    return load_classification_data(
+        "", digits_size=8, max_train_images=160, max_test_images=64, val_size=0.1, seed=0
+    )
+
+
+def _train(data, out, seeds, methods=("dense", "gst")):
+    return train_classifiers(
+        data,
+        list(methods),
+        epochs=2,
+        batch_size=48,
+        width=4,
+        seeds=seeds,
+        out=out,
+        schedule=SCHEDULE,
+        lr=0.05,
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("classification")
+    return out, _train(data, out, [0, 1])
+
+
+def test_every_seed_trains_every_method_in_its_own_folder(trained):
+    out, results = trained
+    assert list(results) == [0, 1] and all(list(r) == ["dense", "gst"] for r in results.values())
+    for seed in (0, 1):
+        for method in ("dense", "gst"):
+            assert any((seed_folder(out, seed) / "checkpoints" / method).iterdir())
+    assert not (out / "checkpoints").exists()
+    # each seed its own initial weights and batches: the runs differ
+    assert not results[0]["dense"].history.equals(results[1]["dense"].history)
+
+
+def test_tables_stack_the_seeds_and_pair_the_drop_within_each(trained):
+    out, results = trained
+    history, summary = classification_tables(results, out)
+    assert summary.columns[0] == "seed" and history.columns[0] == "seed"
+    assert summary[["seed", "method"]].values.tolist() == [[0, "dense"], [0, "gst"], [1, "dense"], [1, "gst"]]
+    assert len(history) == 2 * 2 * 2  # seeds x methods x epochs
+    for seed in (0, 1):
+        rows = summary[summary["seed"] == seed].set_index("method")
+        drop = rows.loc["dense", "test_accuracy"] - rows.loc["gst", "test_accuracy"]
+        assert rows.loc["gst", "accuracy_drop_vs_dense"] == pytest.approx(drop)
+    assert pd.read_csv(out / "summary.csv")["seed"].tolist() == [0, 0, 1, 1]
+    means = mean_over_seeds(summary).set_index("method")
+    assert means.loc["gst", "test_accuracy"] == pytest.approx(
+        summary.loc[summary["method"] == "gst", "test_accuracy"].mean()
+    )
+
+
+def test_numbers_keep_the_means_and_add_the_estimates_over_seeds(trained, data):
+    out, results = trained
+    _, summary = classification_tables(results)
+    numbers = classification_numbers(summary, data, epochs=2, steps=2 * data.steps_per_epoch(48), width=4)
+    gst, dense = (summary[summary["method"] == m].set_index("seed") for m in ("gst", "dense"))
+    assert numbers["seeds"] == [0, 1] and numbers["n_seeds"] == 2
+    assert numbers["gst_test_accuracy"] == pytest.approx(gst["test_accuracy"].mean())
+    assert numbers["gst_final_compression"] == pytest.approx(gst["final_compression"].mean())
+    compression = numbers["estimates"]["gst_final_compression_pct"]
+    drop = numbers["estimates"]["gst_accuracy_drop_pp"]
+    # by hand: the IQM of two runs is their mean, and the bootstrap's 95% interval over 2 runs spans them
+    drops = (dense["test_accuracy"] - gst["test_accuracy"]).to_numpy()
+    assert drop["value"] == pytest.approx(drops.mean())
+    assert (drop["lower"], drop["upper"]) == pytest.approx((drops.min(), drops.max()))
+    finals = gst["final_compression"].to_numpy()
+    assert compression["value"] == pytest.approx(finals.mean())
+    assert (compression["lower"], compression["upper"]) == pytest.approx((finals.min(), finals.max()))
+    assert (compression["n"], compression["unit"], drop["n"], drop["unit"]) == (2, "%", 2, "%p")
+
+
+def test_estimates_pair_seeds_by_hand_on_five_seeds():
+    summary = pd.DataFrame(
+        {
+            "seed": [0, 1, 2, 3, 4] * 2,
+            "method": ["dense"] * 5 + ["gst"] * 5,
+            "test_accuracy": [90.0, 91.0, 92.0, 93.0, 94.0, 89.0, 91.0, 90.0, 93.5, 90.0],
+            "final_compression": [0.0] * 5 + [68.0, 69.0, 70.0, 71.0, 100.0],
+        }
+    )
+    estimates = classification_estimates(summary)
+    # paired drops 1, 0, 2, -0.5, 4: IQM trims one of five at each end (scipy's trim_mean at 25%: int(1.25) = 1)
+    assert estimates["gst_accuracy_drop_pp"]["value"] == pytest.approx((0 + 1 + 2) / 3)
+    assert estimates["gst_final_compression_pct"]["value"] == pytest.approx((69 + 70 + 71) / 3)
+    expected = stats.estimate([1.0, 0.0, 2.0, -0.5, 4.0]).as_dict("%p")
+    assert estimates["gst_accuracy_drop_pp"] == pytest.approx(expected)
+    assert estimates["gst_accuracy_drop_pp"]["n"] == 5
+    assert "gst_accuracy_drop_pp" not in classification_estimates(summary[summary["method"] == "gst"])
+
+
+def test_a_legacy_summary_without_seeds_reads_as_seed_zero(tmp_path, data):
+    (tmp_path / "summary.csv").write_text(LEGACY_SUMMARY)
+    legacy = pd.read_csv(tmp_path / "summary.csv")
+    assert with_seed_column(legacy)["seed"].tolist() == [0, 0]
+    numbers = classification_numbers(legacy, data, epochs=40, steps=800, width=16)
+    assert numbers["gst_accuracy_drop_vs_dense"] == pytest.approx(0.6)
+    assert numbers["gst_final_compression"] == pytest.approx(69.8)
+    assert numbers["seeds"] == [0]
+    one = numbers["estimates"]["gst_accuracy_drop_pp"]
+    assert (one["value"], one["lower"], one["upper"], one["n"]) == pytest.approx((0.6, 0.6, 0.6, 1))
+
+
+def test_resuming_one_seed_leaves_the_other_untouched(data, tmp_path):
+    first = _train(data, tmp_path, [0, 1], methods=("dense",))
+    kept = {p: p.stat().st_mtime_ns for p in (seed_folder(tmp_path, 0) / "checkpoints").rglob("*")}
+    for checkpoint in (seed_folder(tmp_path, 1) / "checkpoints" / "dense").iterdir():
+        checkpoint.unlink()  # seed 1 interrupted before its first epoch ended
+    again = _train(data, tmp_path, [0, 1], methods=("dense",))
+    assert again[0]["dense"].resumed_from == 2  # seed 0 finished: read back, not retrained
+    assert again[1]["dense"].resumed_from is None  # seed 1 trained again from scratch
+    assert {p: p.stat().st_mtime_ns for p in (seed_folder(tmp_path, 0) / "checkpoints").rglob("*")} == kept
+    pd.testing.assert_frame_equal(again[0]["dense"].history, first[0]["dense"].history)
+    pd.testing.assert_frame_equal(
+        again[1]["dense"].history.drop(columns="wall_time_s"),
+        first[1]["dense"].history.drop(columns="wall_time_s"),
+    )
+
+
+def test_seeds_must_be_distinct_and_given(data, tmp_path):
+    for seeds in ([], [1, 1]):
+        with pytest.raises(ValueError, match="seeds"):
+            _train(data, tmp_path, seeds)
