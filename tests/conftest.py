@@ -89,3 +89,12 @@ def interrupt_at(at: int):
             return True
 
     return Interrupt()
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test with one PyTorch thread (tiny networks train fastest so, and the machine is shared)."""
+    from rlq.quant.latency import torch_threads
+
+    with torch_threads(1):
+        yield

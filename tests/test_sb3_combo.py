@@ -26,12 +26,7 @@ BITS = 4
 LEVELS = 2**BITS - 1  # symmetric restricted range: codes -(2^(b-1) - 1) .. 2^(b-1) - 1
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one PyTorch thread per test
 
 
 def tiny(algo: str):

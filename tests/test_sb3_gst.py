@@ -47,13 +47,7 @@ class ScriptedGST(GSTCallback):
         return self.trace(self.num_timesteps)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny networks train fastest on one thread, and the test machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one PyTorch thread per test
 
 
 def tiny(algo: str) -> tuple[str, dict]:
