@@ -127,7 +127,7 @@ def regime_comparison(
     the same); ``error_pct``: prediction over measurement, minus one.
     """
     from rlq.actorq import predict_speedup
-    from rlq.actorq.cost_model import StepCosts, result_costs, steady_steps_per_s
+    from rlq.actorq.cost_model import result_costs, steady_steps_per_s
 
     rows = []
     for (name, seed, p), r in results.items():
@@ -139,7 +139,7 @@ def regime_comparison(
         driver = (c32.driver_seconds_per_step + cq.driver_seconds_per_step) / 2
         layout, cores = layout_and_cores(r.config)
         pred = predict_speedup(
-            StepCosts(c32.actor, update, driver), StepCosts(cq.actor, update, driver), r.config.n_actors, update,
+            c32.actor, cq.actor, r.config.n_actors, update,
             r.config.samples_per_insert, r.config.batch_size, cores=cores, layout=layout,
             driver_seconds_per_step=driver,
         )  # fmt: skip
