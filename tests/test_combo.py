@@ -19,7 +19,9 @@ from rlq.experiments.combo import (
     check_run_config,
     combo_jobs,
     deploy_actor,
+    deployed_latency,
     deployment,
+    measure_latencies,
     method_summary,
     pareto_front,
     train_and_deploy,
@@ -183,6 +185,48 @@ def test_five_trainings_give_the_seven_methods(tmp_path):
     assert len({job["run_dir"] for job in jobs}) == 10
     with pytest.raises(ValueError, match="unknown method"):
         trainings_for(["qat"])
+
+
+def test_a_task_with_its_own_budget_gets_that_budget_s_arguments(tmp_path):
+    """env_timesteps: the task's jobs train for its budget, with budget_args(budget) and a delay scaled to it."""
+
+    def budget_args(steps):
+        return {"hyperparams": {"buffer_size": steps}, "gst": {"steps": steps}, "pruning": {}}
+
+    jobs = combo_jobs(tmp_path, env_ids=["Pendulum-v1", "InvertedPendulum-v5"], methods=["dense", "gst"], seeds=[0],
+                      total_timesteps=100, env_timesteps={"InvertedPendulum-v5": 40}, budget_args=budget_args)  # fmt: skip
+    budgets = {(j["env_id"], j["training"]): (j["total_timesteps"], j["hyperparams"]["buffer_size"],
+                                              j["qat_delay_steps"]) for j in jobs}  # fmt: skip
+    assert budgets == {("Pendulum-v1", "dense"): (100, 100, 50), ("Pendulum-v1", "gst"): (100, 100, 50),
+                       ("InvertedPendulum-v5", "dense"): (40, 40, 20), ("InvertedPendulum-v5", "gst"): (40, 40, 20)}  # fmt: skip
+    assert [j["gst"]["steps"] for j in jobs if j["training"] == "gst"] == [100, 40]
+    with pytest.raises(ValueError, match="not in env_ids"):
+        combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
+                   env_timesteps={"Hopper-v5": 10}, budget_args=budget_args)  # fmt: skip
+    with pytest.raises(ValueError, match="needs budget_args"):
+        combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
+                   env_timesteps={"Pendulum-v1": 10})  # fmt: skip
+
+
+def test_latency_measured_after_training_from_the_deployed_files(agents, tmp_path):
+    """A job deployed without timing leaves NaN latency; measure_latencies fills it from the stored ONNX files."""
+    from rlq.experiments.combo.jobs import job_folder
+    from rlq.experiments.combo.methods import deploy_and_measure
+
+    folder = job_folder(tmp_path, "Pendulum-v1", "dense", 0) / "deployed"
+    rows = deploy_and_measure(agents["dense"], "Pendulum-v1", ["dense", "ptq_int8"], seed=0, folder=folder,
+                              eval_episodes=1, latency_repeats=0)  # fmt: skip
+    assert all(math.isnan(r["latency_us"]) and math.isnan(r["latency_ratio"]) for r in rows)
+    table = pd.DataFrame([{"env_id": "Pendulum-v1", "training": "dense", "seed": 0, **r} for r in rows])
+    timed = measure_latencies(table, tmp_path, repeats=5, rounds=2)
+    assert (timed["latency_us"] > 0).all() and (timed["reference_latency_us"] > 0).all()
+    np.testing.assert_allclose(timed["latency_ratio"], timed["latency_us"] / timed["reference_latency_us"])
+    assert timed["eval_return"].tolist() == table["eval_return"].tolist()  # nothing but latency changes
+    assert pd.read_csv(tmp_path / "methods.csv")["latency_us"].tolist() == pytest.approx(
+        timed["latency_us"].tolist()
+    )
+    with pytest.raises(FileNotFoundError, match="gst.onnx"):
+        deployed_latency(folder, ["gst"], repeats=5, rounds=1)
 
 
 def test_run_folder_refuses_other_settings(tmp_path):

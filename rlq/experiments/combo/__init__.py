@@ -13,7 +13,15 @@ In the order the notebook calls it:
 - :mod:`~rlq.experiments.combo.figures`: the Pareto figures (``from rlq.experiments.combo import figures``).
 """
 
-from rlq.experiments.combo.jobs import JOB_CONFIG, check_run_config, combo_jobs, train_all, train_and_deploy
+from rlq.experiments.combo.jobs import (
+    JOB_CONFIG,
+    check_run_config,
+    combo_jobs,
+    job_folder,
+    measure_latencies,
+    train_all,
+    train_and_deploy,
+)
 from rlq.experiments.combo.methods import (
     DERIVED,
     INT8_METHODS,
@@ -24,6 +32,7 @@ from rlq.experiments.combo.methods import (
     DeployedActor,
     deploy_actor,
     deploy_and_measure,
+    deployed_latency,
     deployment,
     measure_side_by_side,
     method_label,
@@ -57,7 +66,10 @@ __all__ = [
     "combo_numbers",
     "deploy_actor",
     "deploy_and_measure",
+    "deployed_latency",
     "deployment",
+    "job_folder",
+    "measure_latencies",
     "measure_side_by_side",
     "method_label",
     "method_summary",

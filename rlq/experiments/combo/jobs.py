@@ -121,29 +121,75 @@ def combo_jobs(
     seeds: Sequence[int],
     total_timesteps: int,
     qat_delay_fraction: float = 0.5,
+    env_timesteps: dict[str, int] | None = None,
+    budget_args: Callable[[int], dict[str, Any]] | None = None,
     **job: Any,
 ) -> list[dict[str, Any]]:
     """Return one :func:`train_and_deploy` job per task, seed and needed training (in that nesting).
 
     ``job`` holds the arguments every job shares (``hyperparams``, ``gst``, ``pruning``, ``qat_bits``,
     ``eval_episodes``, ...). QAT switches on after ``qat_delay_fraction`` of the steps (QuaRL's recipe: half).
+    ``env_timesteps`` gives some tasks their own budget instead of ``total_timesteps``; ``budget_args(steps)``
+    returns the job arguments that depend on a budget (``hyperparams`` with its replay buffer, the ``gst`` and
+    ``pruning`` schedules), and is called for every task's budget, overriding ``job``'s.
     """
     if not 0 <= qat_delay_fraction < 1:
         raise ValueError(f"qat_delay_fraction must be in [0, 1), got {qat_delay_fraction}")
     methods = check_methods(methods)
+    env_timesteps = dict(env_timesteps or {})
+    strays = sorted(set(env_timesteps) - set(env_ids))
+    if strays:
+        raise ValueError(f"env_timesteps names tasks that are not in env_ids: {strays}")
+    if env_timesteps and budget_args is None:
+        raise ValueError(
+            "env_timesteps needs budget_args: the schedules and the replay buffer depend on the budget"
+        )
     jobs = []
     for env_id in env_ids:
+        steps = check_positive_int(f"env_timesteps[{env_id!r}]", env_timesteps.get(env_id, total_timesteps))
+        per_env = job | (budget_args(steps) if budget_args is not None else {})
         for seed in seeds:
             for training in trainings_for(methods):
                 # the derived methods are part of the key: a stored result never stands in for other methods
                 derived = ",".join(m for m in methods if m in DERIVED[training])
                 keys = {"env_id": env_id, "training": training, "seed": seed, "methods": derived}
                 jobs.append(dict(
-                    training=training, env_id=env_id, total_timesteps=total_timesteps, seed=seed, keys=keys,
-                    run_dir=Path(out) / "runs" / f"{env_id.replace('/', '_')}__{training}__{seed}",
-                    methods=methods, qat_delay_steps=int(qat_delay_fraction * total_timesteps), **job,
+                    training=training, env_id=env_id, total_timesteps=steps, seed=seed, keys=keys,
+                    run_dir=job_folder(out, env_id, training, seed), methods=methods,
+                    qat_delay_steps=int(qat_delay_fraction * steps), **per_env,
                 ))  # fmt: skip
     return jobs
+
+
+def job_folder(out: str | Path, env_id: str, training: str, seed: int) -> Path:
+    """Return the run folder of one training: ``out/runs/<env id>__<training>__<seed>``."""
+    return Path(out) / "runs" / f"{env_id.replace('/', '_')}__{training}__{seed}"
+
+
+def measure_latencies(
+    methods: pd.DataFrame, out: str | Path, *, repeats: int = 200, rounds: int = 5
+) -> pd.DataFrame:
+    """Return ``methods`` (:func:`train_all`'s table) with its latency columns measured now, agent by agent.
+
+    Each training's deployed ONNX files are timed beside the dense fp32 reference
+    (:func:`rlq.experiments.combo.methods.deployed_latency`) in this one process, after every training has
+    finished: with workers still training beside it a 2-core machine inflates ratios (NOTES.md). With ``out``
+    the table is written again as ``out/methods.csv``. ``repeats`` 0 leaves the columns NaN.
+    """
+    from rlq.experiments.combo.methods import LATENCY_COLUMNS, deployed_latency, latency_columns
+
+    table = methods.copy()
+    for column in LATENCY_COLUMNS:
+        table[column] = float("nan")
+    if repeats:
+        for (env_id, training, seed), group in table.groupby(["env_id", "training", "seed"], sort=False):
+            folder = job_folder(out, env_id, training, int(seed)) / "deployed"
+            timings = deployed_latency(folder, list(group["method"]), repeats=repeats, rounds=rounds)
+            for index, method in group["method"].items():
+                for column, value in latency_columns(timings, method).items():
+                    table.loc[index, column] = value
+    table.to_csv(Path(out) / "methods.csv", index=False)
+    return table
 
 
 def train_all(

@@ -245,21 +245,53 @@ def deploy_and_measure(
     from rlq.rl.evaluate import EVAL_SEED_OFFSET, evaluate
 
     deployed = {m: deploy_actor(model, m, folder, qat_bits) for m in check_methods(methods)}
+    # what a later latency pass needs (deployed_latency): the reference and one seeded observation
+    reference = reference_session(model, folder)
+    x = example_observation(model, seed).numpy()
+    np.save(Path(folder) / LATENCY_INPUT, x)
     rows = []
     for method, actor in deployed.items():
         result = evaluate(actor.policy, env_id, n_episodes=eval_episodes, seed=seed + EVAL_SEED_OFFSET)
         rows.append(dict(method=method, eval_return=result.mean, eval_std=result.std,
                          bits_per_weight=actor.bits_per_weight, packed_bytes=actor.packed_bytes))  # fmt: skip
-    nan = float("nan")
     timings: dict[str, dict[str, float]] = {}
     if latency_repeats:
-        sessions = {REFERENCE: reference_session(model, folder)} | {m: a.session for m, a in deployed.items()}
-        x = example_observation(model, seed).numpy()
+        sessions = {REFERENCE: reference} | {m: a.session for m, a in deployed.items()}
         timings = measure_side_by_side(sessions, x, repeats=latency_repeats, rounds=latency_rounds)
+    return [row | latency_columns(timings, row["method"]) for row in rows]
+
+
+LATENCY_INPUT = "latency_input.npy"
+"""The batch-1 observation a deployed folder's sessions are timed on (written by :func:`deploy_and_measure`)."""
+
+LATENCY_COLUMNS = ("latency_us", "latency_p90_us", "reference_latency_us", "latency_ratio")
+
+
+def latency_columns(timings: dict[str, dict[str, float]], method: str) -> dict[str, float]:
+    """Return ``method``'s latency columns from :func:`measure_side_by_side`'s ``timings`` (NaN where not timed)."""
+    nan = float("nan")
+    timing = timings.get(method, {})
     reference = timings.get(REFERENCE, {}).get("median_us", nan)
-    for row in rows:
-        timing = timings.get(row["method"], {})
-        row |= dict(latency_us=timing.get("median_us", nan), latency_p90_us=timing.get("p90_us", nan),
-                    reference_latency_us=reference)  # fmt: skip
-        row["latency_ratio"] = nan if math.isnan(reference) else row["latency_us"] / reference
-    return rows
+    latency = timing.get("median_us", nan)
+    return dict(latency_us=latency, latency_p90_us=timing.get("p90_us", nan), reference_latency_us=reference,
+                latency_ratio=nan if math.isnan(reference) else latency / reference)  # fmt: skip
+
+
+def deployed_latency(
+    folder: str | Path, methods: Sequence[str], *, repeats: int = 200, rounds: int = 5
+) -> dict[str, dict[str, float]]:
+    """Return :func:`measure_side_by_side`'s timings of the ONNX files ``deploy_and_measure`` left in ``folder``.
+
+    Times ``<method>.onnx`` of each of ``methods`` beside the dense fp32 reference on the stored observation,
+    so latency can be measured after all training has finished, on a quiet machine, instead of beside
+    another worker's training. Raises FileNotFoundError naming a missing file.
+    """
+    from rlq.quant import OnnxPolicy
+
+    folder = Path(folder)
+    names = [REFERENCE, *check_methods(methods)]
+    missing = [n for n in [*(f"{n}.onnx" for n in names), LATENCY_INPUT] if not (folder / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder} lacks {missing}: deploy the agent first (deploy_and_measure)")
+    sessions = {name: OnnxPolicy(folder / f"{name}.onnx", threads=1) for name in names}
+    return measure_side_by_side(sessions, np.load(folder / LATENCY_INPUT), repeats=repeats, rounds=rounds)
