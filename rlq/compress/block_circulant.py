@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from rlq.compress.circulant import (
+    ExpansionCache,
     check_block_size,
     choose_forward_path,
     circulant_matmul_fft,
@@ -56,10 +57,12 @@ class BlockCirculantWeight(nn.Module):
         super().__init__()
         self.block_size = check_block_size(block_size)
         self.forward_path = _check_forward_path(forward_path)
+        # target networks and the rollout actor reuse one expansion per value of their B-vectors
+        self.expansion_cache = ExpansionCache()
 
     def forward(self, vectors: Tensor) -> Tensor:
-        """Return the dense block-circulant weight of the stored B-vectors."""
-        return expand_circulant(vectors)
+        """Return the dense block-circulant weight of the stored B-vectors (reused while they are unchanged)."""
+        return self.expansion_cache.expand(vectors)
 
     def right_inverse(self, weight: Tensor) -> Tensor:
         """Return the B-vectors to store for ``weight``: its Frobenius projection (used at registration)."""
@@ -239,6 +242,7 @@ def set_circulant_vectors_(
     with torch.no_grad():
         original.set_(vectors.detach().to(dtype=original.dtype, device=original.device).clone())
     p.block_size = check_block_size(block_size)
+    p.expansion_cache.clear()  # its bits would miss anyway; this frees the old expansion now
     if mask is not None:
         prune_with_mask_(plist, "original", mask)
 
