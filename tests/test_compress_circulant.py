@@ -100,6 +100,21 @@ def test_expand_gradient_sums_each_cyclic_diagonal(shape, expansion_path):
     assert torch.autograd.gradcheck(expand_circulant, (vectors.detach().clone().requires_grad_(),))
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 4), (3, 2, 8, 2, 2), (4, 5, 16), (100, 75, 4)])
+def test_gathered_gradient_is_bit_for_bit_the_index_add_into_zeros(shape):
+    """The backward's gather and row additions add in the order an index_add_ into zeros does, -0.0 included."""
+    from rlq.compress.circulant import _cyclic_diagonal_sums, _expansion_index
+
+    b = shape[2]
+    grad = torch.randn(shape[0] * b, shape[1] * b, *shape[3:], generator=torch.Generator().manual_seed(0))
+    grad[:b, :b] = -0.0  # a whole block: its vector entries sum only negative zeros
+    index = _expansion_index(shape, grad.device)
+    reference = grad.new_zeros(grad.numel() // b).index_add_(0, index, grad.reshape(-1)).view(shape)
+    ours = _cyclic_diagonal_sums(grad, b)
+    assert torch.equal(ours.view(torch.int32), reference.view(torch.int32))
+    assert not torch.signbit(ours[0, 0]).any()
+
+
 def test_projection_is_the_least_squares_solution():
     b = 4
     weight = torch.randn(b, b)
