@@ -249,3 +249,19 @@ def test_execute_on_named_layers_keeps_a_twin_network_in_step_through_hooks():
 def test_bad_config_is_rejected(overrides, message):
     with pytest.raises(ValueError, match=message):
         config(**overrides)
+
+
+def test_schedule_feeds_the_trend_guard_before_pruning_begins():
+    """Rewards seen before the rise step become the reference trend; a slower rise afterwards holds the target."""
+    guard = RewardAwareConfig(window=1, step_size=0.1, max_sparsity=0.9, trend_ratio=0.5, trend_window=4)
+    schedule = GSTSchedule(config(sparsity=guard))
+    # +1 per 50 steps before the rise step (200), +0.1 per 50 steps afterwards
+    actions = decisions(schedule, rewards=lambda step: step / 50 if step < 200 else 4 + (step - 200) / 500)
+    assert schedule.controller.reference_slope == pytest.approx(1.0)
+    assert schedule.controller.last_decision == "hold_trend"
+    prunes = [a for a in actions if a[1] == "prune"]
+    # the first updates still rise: the trend window holds pre-pruning rewards until it is refilled
+    assert prunes and max(a[3] for a in prunes) <= 0.4
+    unguarded = GSTSchedule(config(sparsity=RewardAwareConfig(window=1, step_size=0.1, max_sparsity=0.9)))
+    decisions(unguarded, rewards=lambda step: step / 50 if step < 200 else 4 + (step - 200) / 500)
+    assert unguarded.controller.target == pytest.approx(0.9)

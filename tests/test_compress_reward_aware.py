@@ -100,3 +100,55 @@ def test_relative_tolerance_uses_the_magnitude_of_negative_rewards():
 def test_bad_config_is_rejected(config, message):
     with pytest.raises(ValueError, match=message):
         RewardAwareConfig(**config)
+
+
+def guarded(before, after, **config) -> RewardAwareSparsity:
+    """A controller with the trend guard that observed ``before`` and then updated on ``after``."""
+    controller = RewardAwareSparsity(RewardAwareConfig(window=1, trend_window=4, trend_ratio=0.5, **config))
+    for reward in before:
+        controller.observe(reward)
+    for reward in after:
+        controller.update(reward)
+    return controller
+
+
+def test_trend_guard_holds_while_the_reward_rises_more_slowly_than_before_pruning():
+    # before pruning +1 per update; afterwards +0.2 per update: never a drop, but under half the pace
+    controller = guarded([0.0, 1.0, 2.0, 3.0], [3.2, 3.4, 3.6, 3.8, 4.0])
+    assert controller.reference_slope == pytest.approx(1.0)
+    assert controller.trend_slope() == pytest.approx(0.2)
+    assert controller.last_decision == "hold_trend"
+    # the same rewards without the guard: the drop rule alone sees no harm and keeps raising the target
+    assert run([3.2, 3.4, 3.6, 3.8, 4.0], window=1)[1] == ["rise"] * 5
+
+
+def test_trend_guard_lets_the_target_rise_while_learning_keeps_pace():
+    controller = guarded([0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0, 8.0])
+    assert controller.target == pytest.approx(0.25) and controller.last_decision == "rise"
+
+
+def test_trend_guard_follows_the_slope_by_hand():
+    # least-squares slope of (1, 4, 2, 7) against (0, 1, 2, 3): sum((i - 1.5)(y - 3.5)) / 5 = 8 / 5
+    controller = guarded([1.0, 4.0, 2.0, 7.0], [])
+    assert controller.trend_slope() == pytest.approx(1.6)
+    # a flat or falling reward before pruning gives no reference: the guard stays off
+    flat = guarded([2.0, 2.0, 2.0, 2.0], [2.0, 2.0, 2.0])
+    assert flat.reference_slope == pytest.approx(0.0) and flat.last_decision == "rise"
+    # too few observations: no reference either
+    assert guarded([0.0, 1.0], [1.0, 1.1, 1.2, 1.3]).reference_slope is None
+
+
+def test_trend_guard_is_off_by_default_and_resumes():
+    assert RewardAwareConfig().trend_ratio == 0.0
+    rewards = [0.0, 1.0, 2.0, 3.0]
+    later = [3.2, 3.4, 4.5, 4.6, 4.7, 4.8, 6.0]
+    whole = guarded(rewards, later)
+    first = guarded(rewards, later[:3])
+    resumed = RewardAwareSparsity()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    rest = [(resumed.update(r), resumed.last_decision) for r in later[3:]]
+    again = guarded(rewards, later[:3])
+    assert rest == [(again.update(r), again.last_decision) for r in later[3:]]
+    assert whole.target == resumed.target and "hold_trend" in {d for _, d in rest}
+    with pytest.raises(ValueError, match="trend_window"):
+        RewardAwareConfig(trend_window=1)

@@ -253,6 +253,7 @@ class GSTSchedule:
         self.handed_over = False
         self.last_step: int | None = None
         self.last_prune_step: int | None = None
+        self.last_observe_step: int | None = None
         self.applied_sparsity = 0.0
         self.latest_reward: float | None = None
         self.last_reports: dict[str, CompressionReport] = {}
@@ -314,6 +315,11 @@ class GSTSchedule:
                 s = self.controller.reset_target(1.0 - (1.0 - s) / size)
             self.applied_sparsity = s
             actions.append(GSTAction(step, "hand_over", block_size=size, sparsity=s, method=config.handover))
+        if step < self.rise_step and (
+            self.last_observe_step is None or step - self.last_observe_step >= config.prune_every
+        ):  # before pruning: the reward trend the controller's trend guard compares with (our design)
+            self.last_observe_step = step
+            self.controller.observe(self.latest_reward)
         if step >= self.rise_step and (
             self.last_prune_step is None or step - self.last_prune_step >= config.prune_every
         ):
@@ -449,6 +455,7 @@ class GSTSchedule:
             "handed_over": self.handed_over,
             "last_step": self.last_step,
             "last_prune_step": self.last_prune_step,
+            "last_observe_step": self.last_observe_step,
             "applied_sparsity": self.applied_sparsity,
             "latest_reward": self.latest_reward,
             "controller": self.controller.state_dict(),
@@ -459,6 +466,9 @@ class GSTSchedule:
         """Restore the progress saved by :meth:`state_dict` (the module's compression is in its weights)."""
         for key in ("started", "transitions_done", "handed_over", "last_step", "last_prune_step"):
             setattr(self, key, state[key])
+        self.last_observe_step = state.get(
+            "last_observe_step"
+        )  # absent in states saved before the trend guard
         self.applied_sparsity = float(state["applied_sparsity"])
         self.latest_reward = state["latest_reward"]
         self.controller.load_state_dict(state["controller"])

@@ -39,6 +39,8 @@ def compression_settings(
     transition_method: str | None = None,
     reward_abs_tolerance: float = 0.0,
     learning_starts: int = 0,
+    trend_ratio: float = 0.0,
+    trend_window: int = 10,
 ) -> dict[str, dict[str, Any]]:
     """Return ``{"gst": ..., "pruning": ...}``: the settings of :class:`GSTCallback` and :class:`GradualPruningCallback`.
 
@@ -48,7 +50,9 @@ def compression_settings(
       its target is capped at ``max_sparsity``, rising by ``sparsity_step`` while the windowed reward stays
       within ``reward_tolerance`` (relative) or ``reward_abs_tolerance`` (absolute) of its best, falling by
       ``sparsity_backoff`` when it drops. ``s_shift`` and ``transition_method`` are left out when None (a
-      sweep sets them per run).
+      sweep sets them per run). ``trend_ratio > 0`` adds the trend guard (our design,
+      :class:`rlq.compress.RewardAwareConfig`): the target also holds while the reward rises more slowly
+      than ``trend_ratio`` times its pace before pruning began, fitted over ``trend_window`` updates.
     - The pruning baseline reaches ``max_sparsity`` (the same final sparsity as GST's cap) over
       :data:`PRUNING_START_FRACTION` to :data:`PRUNING_END_FRACTION` of the training updates, that is of the
       ``total_timesteps - learning_starts`` steps after an off-policy algorithm's random warm-up (0 for
@@ -75,6 +79,10 @@ def compression_settings(
             "backoff": sparsity_backoff,
         },
     }
+    if (
+        trend_ratio
+    ):  # only when on: run folders trained without the guard keep resuming with the same settings
+        gst["sparsity"] |= {"trend_ratio": trend_ratio, "trend_window": trend_window}
     if s_shift is not None:
         gst["s_shift"] = s_shift
     if transition_method is not None:
