@@ -158,12 +158,12 @@ def test_gradients_flow_on_a_hit_and_on_a_miss(net):
 def test_copies_and_pickles_start_empty(net):
     with torch.no_grad():
         net(torch.randn(2, 6))
-    assert hidden_cache(net)._dense is not None
+    assert hidden_cache(net)._value is not None
     clone = copy.deepcopy(net)
-    assert hidden_cache(clone)._dense is None
+    assert hidden_cache(clone)._value is None
     assert_fresh(clone[2])
     parametrization = pickle.loads(pickle.dumps(net[2].parametrizations.weight[0]))
-    assert parametrization.expansion_cache._dense is None
+    assert parametrization.expansion_cache._value is None
 
 
 def test_inference_mode_and_dtype_changes_bypass_or_miss(net):
@@ -196,14 +196,14 @@ def train_td3(with_qat: bool) -> list[torch.Tensor]:
 def test_td3_with_gst_trains_bit_for_bit_as_without_the_cache(monkeypatch, with_qat):
     """Target networks, the rollout actor and the actor loss hit the cache; the trained weights are unchanged."""
     hits = []
-    lookup = ExpansionCache._lookup
+    lookup = ExpansionCache.get
 
     def counting_lookup(self, vectors):
         dense = lookup(self, vectors)
         hits.append(dense is not None)
         return dense
 
-    monkeypatch.setattr(ExpansionCache, "_lookup", counting_lookup)
+    monkeypatch.setattr(ExpansionCache, "get", counting_lookup)
     cached = train_td3(with_qat)
     assert sum(hits) > len(hits) / 3  # TD3 reuses about 4 expansions in 9
     monkeypatch.setattr(ExpansionCache, "expand", lambda self, vectors: expand_circulant(vectors))

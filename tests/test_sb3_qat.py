@@ -232,3 +232,71 @@ def test_a_policy_prepared_at_other_bits_is_refused():
         model.learn(64, callback=QATCallback(bits=2))
     model.learn(64, callback=QATCallback(bits=4))  # the same bits: training goes on
     assert not is_qat(model.policy)
+
+
+# ---- the memoized quantizer: reused only while its input is unchanged bit for bit
+
+
+def test_memoized_quantizer_gives_the_parents_bits_and_gradient():
+    from stable_baselines3.common.utils import polyak_update
+
+    from rlq.sb3.qat import MemoizedWeightFakeQuant
+
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(8, 5))
+    weight.data[0, 0] = -0.0
+    ours, reference = MemoizedWeightFakeQuant(3, 0), WeightFakeQuant(3, 0)
+
+    def check():
+        with torch.no_grad():
+            first, again, expected = ours(weight), ours(weight), reference(weight)
+            assert ours(weight) is again  # a hit gives back the stored tensor
+        assert torch.equal(first.view(torch.int32), expected.view(torch.int32))
+        for module in (ours, reference):
+            (grad,) = torch.autograd.grad((module(weight) * torch.arange(40.0).view(8, 5)).sum(), weight)
+            assert torch.equal(grad, torch.arange(40.0).view(8, 5))  # straight through, on a hit too
+        assert torch.equal(ours(weight).view(torch.int32), reference(weight).view(torch.int32))
+
+    check()
+    with torch.no_grad():  # written through .data (as polyak_update does): no version bump, new bits
+        polyak_update([torch.randn(8, 5)], [weight], 0.5)
+    check()
+    weight.grad = torch.ones_like(weight)
+    torch.optim.SGD([weight], lr=0.1).step()
+    check()
+    ours.bits = reference.bits = 5  # other settings: quantized anew
+    check()
+    ours.enabled = reference.enabled = False
+    with torch.no_grad():
+        assert torch.equal(ours(weight), weight)
+
+
+@pytest.mark.parametrize("compression", ["none", "gst"])
+def test_td3_with_qat_trains_bit_for_bit_as_without_the_memo(monkeypatch, compression):
+    from rlq.compress.circulant import TensorMemo
+    from rlq.sb3.gst import GSTCallback
+
+    def train():
+        hyper = {"policy_kwargs": {"net_arch": [16, 16]}, "learning_starts": 40, "buffer_size": 1000}
+        model = make_model("TD3", "Pendulum-v1", seed=0, hyperparams=hyper | {"batch_size": 16})
+        callbacks = [QATCallback(4, delay_steps=60, convert_at_end=False)]
+        if compression == "gst":
+            callbacks.append(GSTCallback(total_steps=160, block_schedule=((0.0, 4), (0.5, 2)), bc_end=0.75))
+        model.learn(160, callback=callbacks)
+        return [p.detach().clone() for p in model.policy.parameters()]
+
+    hits = []
+    get = TensorMemo.get
+
+    def counting_get(self, x):
+        value = get(self, x)
+        hits.append(value is not None)
+        return value
+
+    monkeypatch.setattr(TensorMemo, "get", counting_get)
+    memoized = train()
+    assert sum(hits) > len(hits) / 3
+    monkeypatch.setattr(TensorMemo, "get", lambda self, x: None)
+    plain = train()
+    for a, b in zip(memoized, plain, strict=True):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32))

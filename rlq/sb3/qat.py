@@ -73,6 +73,7 @@ from torch.nn.utils import parametrize
 
 from rlq.compress import set_forward_path_
 from rlq.compress.block_circulant import is_block_circulant, stored_target
+from rlq.compress.circulant import TensorMemo
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, refresh_masked_, stored_tensor
 from rlq.core.parametrizations import remove_parametrizations_
 from rlq.core.validation import check_non_negative_int
@@ -97,6 +98,41 @@ _ORIGINAL = "parametrizations.weight.original"
 #: a QAT layer's keys -> the plain layer's (a mask beneath QAT is torch.nn.utils.prune's on the plain layer)
 _PLAIN_KEYS = {_ORIGINAL: "weight", f"{_ORIGINAL}_orig": "weight_orig", f"{_ORIGINAL}_mask": "weight_mask"}
 _HOOKED = "_rlq_qat_state_dict_hooks"
+
+
+class MemoizedWeightFakeQuant(WeightFakeQuant):
+    """:class:`rlq.quant.WeightFakeQuant` that reuses its quantized weight while its input is unchanged bit for bit.
+
+    Why: an SB3 training step reads each weight several times between two updates of it: TD3's target
+    networks (changed only by the polyak update every ``policy_delay`` steps), the batch-1 rollout actor and
+    the actor loss read the same actor weights, the critic loss the ``q1`` network the actor loss read. Each
+    read quantized anew, about ten passes over the weight; a hit costs one comparison
+    (:class:`rlq.compress.circulant.TensorMemo`, which also says when a hit is valid).
+
+    The output is bit for bit the parent's: its unclipped straight-through output is the fake-quantized
+    weight plus ``w - w.detach()`` (exactly +0.0), so the memo keeps that output's values and, with
+    gradients on, adds ``w - w.detach()`` again, whose gradient is the identity, as the parent's.
+    """
+
+    def __init__(self, bits: int, axis: int | None = 0, layer_name: str | None = None):
+        super().__init__(bits, axis, layer_name)
+        self.memo = TensorMemo()
+        self._memo_settings: tuple[int, int | None] | None = None
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        """Return the fake-quantized weight (straight-through gradient), reused while ``weight`` is unchanged."""
+        if not self.enabled or not self.memo.accepts(weight):
+            return super().forward(weight)
+        settings = (self.bits, self.axis)
+        quantized = self.memo.get(weight) if self._memo_settings == settings else None
+        if quantized is None:
+            out = super().forward(weight)
+            self.memo.put(weight, out.detach())
+            self._memo_settings = settings
+            return out
+        if torch.is_grad_enabled() and weight.requires_grad:
+            return quantized + (weight - weight.detach())
+        return quantized
 
 
 def _pure_qat(layer: nn.Module) -> bool:
@@ -238,7 +274,8 @@ def prepare_policy_qat_(
 
     Online and target networks get identical quantizers, so SB3's polyak updates (which zip the two
     networks' ``parameters()``) keep pairing the same tensors. A compressed layer (block-circulant or
-    pruned) gets the quantizer on top of its compression (:func:`stack_fake_quant_`). Optimizer states are
+    pruned) gets the quantizer on top of its compression (:func:`stack_fake_quant_`); quantizers are
+    :class:`MemoizedWeightFakeQuant`, which quantize each weight once per value it takes. Optimizer states are
     refreshed (:func:`rlq.sb3.networks.refresh_optimizers`); the Parameter objects stay the same, so the
     optimizers keep training them.
     """
@@ -250,7 +287,7 @@ def prepare_policy_qat_(
         raise ValueError(f"{type(policy).__name__} has no layer to quantize")
     for name, layer in layers.items():
         axis = output_channel_axis(layer) if per_channel else None
-        stack_fake_quant_(layer, [WeightFakeQuant(bits, axis, layer_name=name)])
+        stack_fake_quant_(layer, [MemoizedWeightFakeQuant(bits, axis, layer_name=name)])
         if activations:
             attach_input_quantizers(layer, bits, momentum=0.01)
         _install_state_dict_hooks(layer)
@@ -484,6 +521,7 @@ def distinct_values(layer: nn.Module, per_channel: bool = False) -> int:
 
 
 __all__ = [
+    "MemoizedWeightFakeQuant",
     "QATCallback",
     "apply_qat_state_",
     "convert_policy_qat_",
