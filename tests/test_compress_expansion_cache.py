@@ -211,3 +211,13 @@ def test_td3_with_gst_trains_bit_for_bit_as_without_the_cache(monkeypatch, with_
     assert len(cached) == len(uncached)
     for a, b in zip(cached, uncached, strict=True):
         assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_a_change_past_the_first_entries_is_seen():
+    """The comparison first looks at a few entries, then at all of them."""
+    layer = nn.Linear(400, 300)
+    block_circulant_(nn.Sequential(nn.Linear(4, 400), layer, nn.Linear(300, 2)), 4)
+    assert_fresh(layer)
+    with torch.no_grad():
+        layer.parametrizations.weight.original.data[-1, -1, -1] += 1.0
+    assert_fresh(layer)

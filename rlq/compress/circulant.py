@@ -194,6 +194,7 @@ class _ExpandCirculant(torch.autograd.Function):
 
 
 _BIT_VIEWS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_SAME_BITS_HEAD = 256
 
 
 def _same_bits(a: Tensor, b: Tensor) -> bool:
@@ -203,7 +204,10 @@ def _same_bits(a: Tensor, b: Tensor) -> bool:
     bits = _BIT_VIEWS[a.element_size()]
     a, b = a.detach().view(bits), b.detach().view(bits)
     if a.device.type == "cpu":  # numpy's comparison is about 3x faster than torch.equal here (30k entries)
-        return bool(np.array_equal(a.numpy(), b.numpy()))
+        a_flat, b_flat = a.numpy().reshape(-1), b.numpy().reshape(-1)
+        # a changed weight (an optimizer step moves every entry) differs at once: skip the full pass
+        head = _SAME_BITS_HEAD
+        return bool(np.array_equal(a_flat[:head], b_flat[:head]) and np.array_equal(a_flat, b_flat))
     return torch.equal(a, b)
 
 
