@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -273,7 +275,7 @@ def test_memoized_quantizer_gives_the_parents_bits_and_gradient():
 
 @pytest.mark.parametrize("compression", ["none", "gst"])
 def test_td3_with_qat_trains_bit_for_bit_as_without_the_memo(monkeypatch, compression):
-    from rlq.compress.circulant import TensorMemo
+    from rlq.compress.circulant import ExpansionCache, TensorMemo
     from rlq.sb3.gst import GSTCallback
 
     def train():
@@ -297,6 +299,52 @@ def test_td3_with_qat_trains_bit_for_bit_as_without_the_memo(monkeypatch, compre
     memoized = train()
     assert sum(hits) > len(hits) / 3
     monkeypatch.setattr(TensorMemo, "get", lambda self, x: None)
+    monkeypatch.setattr(ExpansionCache, "vectors_of", lambda self, dense: None)  # quantize the dense weight
     plain = train()
     for a, b in zip(memoized, plain, strict=True):
         assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+@pytest.mark.parametrize("axis", [0, None], ids=["per-channel", "per-tensor"])
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_quantizing_the_vectors_of_a_block_circulant_layer_gives_the_dense_bits(kind, axis):
+    """QAT above a block-circulant layer quantizes its B-vectors: same bits and gradient as on the dense weight."""
+    from rlq.compress import block_circulant_
+    from rlq.compress.circulant import ExpansionCache
+    from rlq.sb3.qat import MemoizedWeightFakeQuant, stack_fake_quant_
+
+    torch.manual_seed(0)
+    if kind == "linear":
+        net = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Linear(16, 12), torch.nn.Linear(12, 2))
+        x = torch.randn(5, 3)
+    else:
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(2, 8, 1), torch.nn.Conv2d(8, 12, 3), torch.nn.Conv2d(12, 1, 1)
+        )
+        x = torch.randn(2, 2, 6, 6)
+    block_circulant_(net, 4)
+    net[1].parametrizations.weight.original.data[0, 0, 0] = -0.0  # a signed zero survives as in the parent
+    reference = copy.deepcopy(net)
+    stack_fake_quant_(net[1], [MemoizedWeightFakeQuant(3, axis)])
+    stack_fake_quant_(reference[1], [WeightFakeQuant(3, axis)])
+    quantizer = net[1].parametrizations.weight[1]
+    assert isinstance(quantizer.expansion, ExpansionCache)
+    calls = []
+    vectors_of = quantizer.expansion.vectors_of
+    quantizer.expansion.vectors_of = lambda dense: calls.append(vectors_of(dense)) or calls[-1]
+    for _ in range(3):
+        with torch.no_grad():
+            ours, theirs = net[1].weight, reference[1].weight
+        assert torch.equal(ours.view(torch.int32), theirs.view(torch.int32))
+        grads = []
+        for module in (net, reference):
+            module.zero_grad()
+            module(x).square().sum().backward()
+            grads.append([p.grad.clone() for p in module.parameters()])
+        for a, b in zip(*grads, strict=True):
+            assert torch.equal(a, b)
+        with torch.no_grad():
+            for module in (net, reference):
+                for p in module.parameters():
+                    p.sub_(0.05 * p.grad)
+    assert any(v is not None for v in calls)  # the vectors path ran

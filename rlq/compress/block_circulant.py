@@ -89,6 +89,12 @@ def is_block_circulant(layer: nn.Module) -> bool:
     return _parametrization(layer) is not None
 
 
+def expansion_cache_of(layer: nn.Module) -> ExpansionCache | None:
+    """Return the expansion cache of a block-circulant layer, or None for any other layer."""
+    p = _parametrization(layer)
+    return None if p is None else p.expansion_cache
+
+
 def block_size_of(layer: nn.Module) -> int | None:
     """Return the block size B of a block-circulant layer, or None for any other layer."""
     p = _parametrization(layer)

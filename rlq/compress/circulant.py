@@ -297,6 +297,25 @@ class ExpansionCache(TensorMemo):
             return _ExpandCirculant.apply(vectors, dense)
         return dense
 
+    def vectors_of(self, dense: Tensor) -> Tensor | None:
+        """Return the B-vectors ``dense`` is the expansion of, if it is this cache's expansion unchanged, else None.
+
+        Why: what is computed from the dense weight row by row (QAT's per-output-channel quantization, see
+        :class:`rlq.sb3.qat.MemoizedWeightFakeQuant`) can be computed from the B times smaller vectors.
+        ``dense`` may be the cached tensor or an alias of it (the output of a hit with gradients on).
+        """
+        value = self._value
+        if value is None or self._snapshot is None or value._version != self._value_version:
+            return None
+        same = (
+            dense.data_ptr() == value.data_ptr()
+            and dense.shape == value.shape
+            and dense.stride() == value.stride()
+            and dense.dtype == value.dtype
+            and dense.device == value.device
+        )
+        return self._snapshot if same else None
+
 
 def circulant_projection(weight: Tensor, block_size: int) -> Tensor:
     """Return the B-vectors of the block-circulant matrix nearest to ``weight`` in Frobenius norm.

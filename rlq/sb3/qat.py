@@ -72,8 +72,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from torch.nn.utils import parametrize
 
 from rlq.compress import set_forward_path_
-from rlq.compress.block_circulant import is_block_circulant, stored_target
-from rlq.compress.circulant import TensorMemo
+from rlq.compress.block_circulant import expansion_cache_of, is_block_circulant, stored_target
+from rlq.compress.circulant import ExpansionCache, TensorMemo, expand_circulant
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, refresh_masked_, stored_tensor
 from rlq.core.parametrizations import remove_parametrizations_
 from rlq.core.validation import check_non_negative_int
@@ -112,12 +112,18 @@ class MemoizedWeightFakeQuant(WeightFakeQuant):
     The output is bit for bit the parent's: its unclipped straight-through output is the fake-quantized
     weight plus ``w - w.detach()`` (exactly +0.0), so the memo keeps that output's values and, with
     gradients on, adds ``w - w.detach()`` again, whose gradient is the identity, as the parent's.
+
+    Above a block-circulant layer (``expansion``, set by :func:`stack_fake_quant_`) a miss quantizes the B
+    times smaller B-vectors and expands the result: the B rows of a block row hold the same values as
+    its vectors, so a per-output-channel (or per-tensor) scale is the same number and every entry the
+    same function of the same value; the expansion copies bits.
     """
 
     def __init__(self, bits: int, axis: int | None = 0, layer_name: str | None = None):
         super().__init__(bits, axis, layer_name)
         self.memo = TensorMemo()
         self._memo_settings: tuple[int, int | None] | None = None
+        self.expansion: ExpansionCache | None = None  # the block-circulant expansion beneath, if any
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """Return the fake-quantized weight (straight-through gradient), reused while ``weight`` is unchanged."""
@@ -126,13 +132,26 @@ class MemoizedWeightFakeQuant(WeightFakeQuant):
         settings = (self.bits, self.axis)
         quantized = self.memo.get(weight) if self._memo_settings == settings else None
         if quantized is None:
-            out = super().forward(weight)
+            out = self._quantize_via_vectors(weight)
+            if out is None:
+                out = super().forward(weight)
             self.memo.put(weight, out.detach())
             self._memo_settings = settings
             return out
         if torch.is_grad_enabled() and weight.requires_grad:
             return quantized + (weight - weight.detach())
         return quantized
+
+    def _quantize_via_vectors(self, weight: torch.Tensor) -> torch.Tensor | None:
+        """Return the parent's output computed from the B-vectors ``weight`` expands, or None if it expands none."""
+        vectors = None
+        if self.expansion is not None and self.axis in (0, None):
+            vectors = self.expansion.vectors_of(weight)
+        if vectors is None:
+            return None
+        with torch.no_grad():
+            quantized = expand_circulant(super().forward(vectors))
+        return quantized + (weight - weight.detach())
 
 
 def _pure_qat(layer: nn.Module) -> bool:
@@ -240,7 +259,10 @@ def stack_fake_quant_(layer: nn.Module, quantizers: list[WeightFakeQuant]) -> No
         mask = bake_mask_(layer, "weight")
     elif is_block_circulant(layer):
         set_forward_path_(layer, "dense")
-    for quantizer in quantizers:
+    expansion = expansion_cache_of(layer)
+    for position, quantizer in enumerate(quantizers):
+        if isinstance(quantizer, MemoizedWeightFakeQuant):  # only the first sees the expansion
+            quantizer.expansion = expansion if position == 0 else None
         parametrize.register_parametrization(layer, "weight", quantizer)
     if mask is not None:
         prune_with_mask_(layer.parametrizations["weight"], "original", mask)
