@@ -124,34 +124,54 @@ class MemoizedWeightFakeQuant(WeightFakeQuant):
         self.memo = TensorMemo()
         self._memo_settings: tuple[int, int | None] | None = None
         self.expansion: ExpansionCache | None = None  # the block-circulant expansion beneath, if any
+        # (B-vectors snapshot of the expansion cache, quantized dense weight, its version)
+        self._by_vectors: tuple[torch.Tensor, torch.Tensor, int] | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state["_by_vectors"] = None  # a copy's expansion cache starts empty: nothing to match
+        return state
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """Return the fake-quantized weight (straight-through gradient), reused while ``weight`` is unchanged."""
         if not self.enabled or not self.memo.accepts(weight):
             return super().forward(weight)
         settings = (self.bits, self.axis)
-        quantized = self.memo.get(weight) if self._memo_settings == settings else None
-        if quantized is None:
-            out = self._quantize_via_vectors(weight)
-            if out is None:
-                out = super().forward(weight)
-            self.memo.put(weight, out.detach())
+        if self._memo_settings != settings:
+            self.memo.clear()
+            self._by_vectors = None
             self._memo_settings = settings
-            return out
+        vectors = self._vectors_beneath(weight)
+        if vectors is not None:
+            quantized = self._quantized_from_vectors(vectors)
+        else:
+            quantized = self.memo.get(weight)
+            if quantized is None:
+                out = super().forward(weight)
+                self.memo.put(weight, out.detach())
+                return out
         if torch.is_grad_enabled() and weight.requires_grad:
             return quantized + (weight - weight.detach())
         return quantized
 
-    def _quantize_via_vectors(self, weight: torch.Tensor) -> torch.Tensor | None:
-        """Return the parent's output computed from the B-vectors ``weight`` expands, or None if it expands none."""
-        vectors = None
-        if self.expansion is not None and self.axis in (0, None):
-            vectors = self.expansion.vectors_of(weight)
-        if vectors is None:
+    def _vectors_beneath(self, weight: torch.Tensor) -> torch.Tensor | None:
+        """Return the B-vectors ``weight`` is the cached expansion of, or None (no such layer, or another axis)."""
+        if self.expansion is None or self.axis not in (0, None):
             return None
-        with torch.no_grad():
+        return self.expansion.vectors_of(weight)
+
+    def _quantized_from_vectors(self, vectors: torch.Tensor) -> torch.Tensor:
+        """Return the parent's (no-grad) output for the expansion of ``vectors``, computed from the vectors."""
+        stored = self._by_vectors
+        # the expansion cache's snapshot is private and never written: its identity names its bits
+        if stored is not None and stored[0] is vectors and stored[1]._version == stored[2]:
+            return stored[1]
+        with (
+            torch.no_grad()
+        ):  # the parent's no-grad output of the vectors is q(v) + 0.0; expanding copies bits
             quantized = expand_circulant(super().forward(vectors))
-        return quantized + (weight - weight.detach())
+        self._by_vectors = (vectors, quantized, quantized._version)
+        return quantized
 
 
 def _pure_qat(layer: nn.Module) -> bool:
