@@ -166,9 +166,8 @@ class MemoizedWeightFakeQuant(WeightFakeQuant):
         # the expansion cache's snapshot is private and never written: its identity names its bits
         if stored is not None and stored[0] is vectors and stored[1]._version == stored[2]:
             return stored[1]
-        with (
-            torch.no_grad()
-        ):  # the parent's no-grad output of the vectors is q(v) + 0.0; expanding copies bits
+        # the parent's no-grad output of the vectors is q(v) + 0.0, as of the dense weight; expanding copies bits
+        with torch.no_grad():
             quantized = expand_circulant(super().forward(vectors))
         self._by_vectors = (vectors, quantized, quantized._version)
         return quantized
