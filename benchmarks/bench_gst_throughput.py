@@ -13,8 +13,9 @@ method alike. Methods:
   they changed (:class:`rlq.compress.circulant.ExpansionCache`). GST's most expensive phase.
 - ``gst_pruned``: GST after its hand-over (dense weights, 75% masked), the phase GST ends in.
 - ``gst_qat``: ``gst`` plus :class:`rlq.sb3.qat.QATCallback` (4 bits, ``delay_steps=0``) in the same
-  ``learn``: every weight of every network fake-quantized on top of the compression (no conversion
-  between rounds, which are one training run cut into pieces).
+  ``learn``: every weight of every network fake-quantized on top of the compression, once per value it
+  takes (:class:`rlq.sb3.qat.MemoizedWeightFakeQuant`; no conversion between rounds, which are one
+  training run cut into pieces).
 - ``pruning``: :class:`rlq.sb3.pruning.GradualPruningCallback` with its final 90% masks applied from the
   start (a masked weight is recomputed as ``weight_orig * weight_mask`` at every forward); no target, the
   baseline GST is compared with.
