@@ -44,9 +44,10 @@ class WeightFakeQuant(nn.Module):
         if not self.enabled:
             return weight
         what = "a QAT weight" if self.layer_name is None else f"{weight_name(self.layer_name)} in QAT"
-        scale, zero_point = quantization_params(weight, self.bits, self.axis, symmetric=True, what=what)
+        scale, _ = quantization_params(weight, self.bits, self.axis, symmetric=True, what=what)
         qmin, qmax = integer_range(self.bits, symmetric=True)
-        return fake_quantize_ste(weight, scale, zero_point, qmin, qmax, clipped=False)
+        # zero point None: symmetric, so the zero point's (no-op) addition and subtraction are skipped
+        return fake_quantize_ste(weight, scale, None, qmin, qmax, clipped=False)
 
     def extra_repr(self) -> str:
         return f"bits={self.bits}, axis={self.axis}, enabled={self.enabled}"

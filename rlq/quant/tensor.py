@@ -30,6 +30,7 @@ simulated, weights only. ``sim8`` is the simulated, weights-only 8-bit point, ma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -149,6 +150,10 @@ def check_finite(t: Tensor, what: str = "the tensor") -> None:
         raise non_finite_error(t, what)
 
 
+_NO_ZERO_SCALE_ABOVE = 1e-30
+"""A scale no smaller than this is far from 0 (the smallest subnormal is 1e-45 in float32)."""
+
+
 def quantization_params(
     t: Tensor,
     bits: int,
@@ -163,54 +168,134 @@ def quantization_params(
     """
     check_bits(bits)
     dims = _reduce_dims(t, per_channel_axis)
-    x = t.detach().to(_compute_dtype(t))
-    if dims is None:
-        lo, hi = x.min(), x.max()
-    else:
-        lo, hi = x.amin(dim=dims, keepdim=True), x.amax(dim=dims, keepdim=True)
-    # min/max propagate NaN and keep inf, so checking them (or the symmetric scale, finite exactly when they
-    # are) sees every non-finite value of t: one small isfinite per tensor on QAT's every forward pass.
+    compute = _compute_dtype(t)
+    x = t.detach()
+    if x.dtype != compute:
+        x = x.to(compute)
     qmin, qmax = integer_range(bits, symmetric)
+    # QAT runs this on every forward pass of every weight, mostly on small tensors where each torch call's
+    # fixed cost outweighs its arithmetic: hence few calls, in place on the small reduced tensors.
     if symmetric:
-        scale = torch.maximum(lo.abs(), hi.abs()) / qmax
-        finite = torch.isfinite(scale).all()
+        # max|t| in one reduction over |t|: the same number as max(|min|, |max|), NaN propagated likewise
+        scale = x.abs().amax() if dims is None else x.abs().amax(dim=dims, keepdim=True)
+        # min/max propagate NaN and keep inf, so the largest reduced value is finite exactly when every
+        # value of t is: one tiny reduction per tensor on QAT's every forward pass, not a pass over t
+        smallest, largest = _extremes(scale)
+        if not math.isfinite(largest):
+            raise non_finite_error(t, what)
+        scale = scale.div_(qmax)
         zero_point = torch.zeros_like(scale)
     else:
-        finite = (torch.isfinite(lo) & torch.isfinite(hi)).all()
+        if dims is None:
+            lo, hi = x.min(), x.max()
+        else:
+            lo, hi = x.amin(dim=dims, keepdim=True), x.amax(dim=dims, keepdim=True)
+        if not (math.isfinite(_extremes(lo)[0]) and math.isfinite(_extremes(hi)[1])):
+            raise non_finite_error(t, what)
         lo, hi = lo.clamp(max=0), hi.clamp(min=0)
-        scale = (hi - lo) / (qmax - qmin)
-    if not bool(finite):
-        raise non_finite_error(t, what)
-    # An all-zero slice has scale 0; any positive scale maps it to code 0 and back to exactly 0.
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        scale = (hi - lo).div_(qmax - qmin)
+        smallest = _extremes(scale)[0]
+    if smallest < qmax * _NO_ZERO_SCALE_ABOVE:
+        # An all-zero slice has scale 0 (so may an underflowing tiny one); any positive scale maps it to
+        # code 0 and back to exactly 0. Above the bound no scale can be 0, and the pass is skipped.
+        scale = scale.masked_fill_(scale == 0, 1.0)
     if not symmetric:
         zero_point = torch.clamp(torch.round(-lo / scale), qmin, qmax)
     return scale, zero_point
 
 
-def fake_quantize(t: Tensor, scale: Tensor, zero_point: Tensor, qmin: int, qmax: int) -> Tensor:
-    """Return ``scale * (clamp(round(t / scale) + zero_point, qmin, qmax) - zero_point)`` in ``t``'s dtype."""
-    x = t.to(scale.dtype)
-    codes = torch.clamp(torch.round(x / scale) + zero_point, qmin, qmax)
-    return ((codes - zero_point) * scale).to(t.dtype)
+def _extremes(reduced: Tensor) -> tuple[float, float]:
+    """Return the smallest and largest value of a small reduced tensor (NaN if it holds one), as Python floats."""
+    if reduced.dim() == 0:
+        value = float(reduced)
+        return value, value
+    lo, hi = torch.aminmax(reduced)
+    return float(lo), float(hi)
+
+
+def _dequantized_(codes: Tensor, scale: Tensor, zero_point: Tensor | None, qmin: int, qmax: int) -> Tensor:
+    """Return ``codes`` (holding ``t / scale``) turned in place into the fake-quantized values.
+
+    In place: the same operations as the textbook expression, so the same bits, without its five temporaries
+    (a 400x300 weight: about 130 us instead of 210 us). With ``zero_point`` None (zero) the zero point's
+    addition and subtraction are skipped: they change no value but turn -0.0 into +0.0, which the callers
+    do in their own last pass.
+    """
+    codes.round_()
+    if zero_point is None:
+        return codes.clamp_(qmin, qmax).mul_(scale)
+    return codes.add_(zero_point).clamp_(qmin, qmax).sub_(zero_point).mul_(scale)
+
+
+def fake_quantize(t: Tensor, scale: Tensor, zero_point: Tensor | None, qmin: int, qmax: int) -> Tensor:
+    """Return ``scale * (clamp(round(t / scale) + zero_point, qmin, qmax) - zero_point)`` in ``t``'s dtype.
+
+    ``zero_point`` None means zero (symmetric quantization) and saves a pass; ``scale`` must be positive.
+    """
+    out = _dequantized_(torch.div(t.to(scale.dtype), scale), scale, zero_point, qmin, qmax)
+    if zero_point is None:
+        out.add_(0.0)  # -0.0 -> +0.0, as adding the zero point 0 did
+    return out.to(t.dtype)
+
+
+_ZEROS: dict[torch.dtype, Tensor] = {}
+
+
+def _zero(dtype: torch.dtype) -> Tensor:
+    """Return a shared 0-d zero of ``dtype`` (never written)."""
+    zero = _ZEROS.get(dtype)
+    if zero is None:
+        zero = _ZEROS[dtype] = torch.zeros((), dtype=dtype)
+    return zero
+
+
+def _straight_through_values_(
+    out: Tensor, x: Tensor, scale: Tensor, zero_point: Tensor | None, qmin: int, qmax: int
+) -> Tensor:
+    """Write into ``out`` the values of ``fake_quantize(x) + (x - x)``, as the textbook straight-through estimator.
+
+    ``x - x`` is +0.0 for a finite value (so it turns a -0.0 into +0.0) and NaN for inf or NaN. One fused
+    pass, ``out - x * 0`` (addcmul), does both: ``x * 0`` is NaN for inf or NaN, and otherwise a zero with
+    ``x``'s sign; a -0.0 result comes from a code rounded to -0.0, so from a negative ``x``, whose ``-x * 0``
+    is +0.0, and -0.0 + +0.0 is +0.0; a nonzero result or +0.0 is unchanged by adding a zero. With a
+    ``zero_point`` tensor the result holds no -0.0 (the zero point's addition removed them).
+    """
+    torch.div(x, scale, out=out)
+    _dequantized_(out, scale, zero_point, qmin, qmax)
+    return out.addcmul_(x, _zero(out.dtype), value=-1)
 
 
 def fake_quantize_ste(
-    t: Tensor, scale: Tensor, zero_point: Tensor, qmin: int, qmax: int, clipped: bool = True
+    t: Tensor, scale: Tensor, zero_point: Tensor | None, qmin: int, qmax: int, clipped: bool = True
 ) -> Tensor:
     """Return :func:`fake_quantize` of ``t`` whose gradient is the straight-through estimator.
 
     The backward pass treats rounding as the identity; with ``clipped`` the gradient is zero where ``t`` lies
     outside the representable range (Bengio et al. 2013; Jacob et al. 2018, section 2.3), as the clamp
-    really cuts those values off.
+    really cuts those values off. The values are those of ``fake_quantize(t) + (t - t.detach())``: NaN where
+    ``t`` is inf or NaN. ``zero_point`` None means zero; ``scale`` must be positive.
     """
-    quantized = fake_quantize(t.detach(), scale, zero_point, qmin, qmax)
-    passthrough = t - t.detach()  # zero in value, identity in gradient
+    x = t.detach()
+    if x.dtype != scale.dtype:
+        x = x.to(scale.dtype)
+    if not (torch.is_grad_enabled() and t.requires_grad):
+        return _straight_through_values_(torch.empty_like(x), x, scale, zero_point, qmin, qmax).to(t.dtype)
+    # The output is made by an op whose backward is the straight-through gradient and then overwritten in
+    # place (no_grad) with the fake-quantized values: neither op's backward reads the values it overwrites.
+    # That costs one pass where the textbook quantized + (t - t.detach()) [* mask] costs two or three.
     if clipped:
-        lo = ((qmin - zero_point) * scale).to(t.dtype)
-        hi = ((qmax - zero_point) * scale).to(t.dtype)
-        passthrough = passthrough * ((t.detach() >= lo) & (t.detach() <= hi)).to(t.dtype)
-    return quantized + passthrough
+        lo = (qmin * scale if zero_point is None else (qmin - zero_point) * scale).to(t.dtype)
+        hi = (qmax * scale if zero_point is None else (qmax - zero_point) * scale).to(t.dtype)
+        inside = ((t.detach() >= lo) & (t.detach() <= hi)).to(t.dtype)
+        out = t * inside  # gradient grad * inside, bit for bit the textbook passthrough's
+    else:
+        out = t.clone()  # gradient: the identity
+    with torch.no_grad():
+        if out.dtype == x.dtype:
+            _straight_through_values_(out, x, scale, zero_point, qmin, qmax)
+        else:
+            out.copy_(_straight_through_values_(torch.empty_like(x), x, scale, zero_point, qmin, qmax))
+    return out
 
 
 def quantize_to_codes(
@@ -244,4 +329,4 @@ def quantize_tensor(
     """
     scale, zero_point = quantization_params(t, bits, per_channel_axis, symmetric, what=what)
     qmin, qmax = integer_range(bits, symmetric)
-    return fake_quantize(t.detach(), scale, zero_point, qmin, qmax)
+    return fake_quantize(t.detach(), scale, None if symmetric else zero_point, qmin, qmax)
