@@ -22,6 +22,7 @@ from rlq.quant.tensor import (
     quantization_params,
     quantize_tensor,
     quantize_to_codes,
+    straight_through,
 )
 
 BITS = [2, 3, 4, 5, 6, 7, 8, 12, 16]
@@ -255,3 +256,19 @@ def test_non_finite_values_still_raise(bad, axis, symmetric):
     every = torch.full((4, 5), bad)
     with pytest.raises(ValueError, match="cannot quantize"):
         quantization_params(every, 4, axis, symmetric)
+
+
+def test_straight_through_gives_values_with_the_identity_gradient():
+    """straight_through(t, q): q's bits (no copy) and t's gradient, as q + (t - t.detach())."""
+    g = torch.Generator().manual_seed(5)
+    t = torch.randn(40, 17, generator=g)
+    quantized = quantize_tensor(t, 4, 0)
+    upstream = torch.randn(t.shape, generator=g)
+    want = grad_and_value(t, upstream, lambda w: quantized + (w - w.detach()))
+    got = grad_and_value(t, upstream, straight_through, quantized)
+    assert_same_bits(got[0], want[0])
+    assert_same_bits(got[1], want[1])
+    leaf = t.clone().requires_grad_(True)
+    assert straight_through(leaf, quantized).data_ptr() == quantized.data_ptr()
+    with torch.no_grad():
+        assert straight_through(leaf, quantized) is quantized

@@ -298,6 +298,31 @@ def fake_quantize_ste(
     return out
 
 
+class _StraightThrough(torch.autograd.Function):
+    """``values`` forward, ``t``'s gradient passed back unchanged."""
+
+    @staticmethod
+    def forward(ctx, t: Tensor, values: Tensor) -> Tensor:  # type: ignore[override]
+        # detach(): a new tensor object for autograd to attach its node to; the values are not copied
+        return values.detach()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return grad, None
+
+
+def straight_through(t: Tensor, values: Tensor) -> Tensor:
+    """Return ``values`` (no copy) with the gradient of ``t``: the identity, as ``values + (t - t.detach())``.
+
+    Why: reusing a fake-quantized weight computed earlier (``rlq.sb3.qat.MemoizedWeightFakeQuant``) needs
+    only its straight-through gradient; ``values + (t - t.detach())`` costs two passes and two temporaries
+    for the same bits when ``t`` is finite and ``values`` holds no -0.0 (as :func:`fake_quantize_ste`'s).
+    """
+    if not (torch.is_grad_enabled() and t.requires_grad):
+        return values
+    return _StraightThrough.apply(t, values)
+
+
 def quantize_to_codes(
     t: Tensor,
     bits: int,

@@ -87,7 +87,7 @@ from rlq.quant.activations import (
 from rlq.quant.bits import mark_weight_format_
 from rlq.quant.layers import output_channel_axis
 from rlq.quant.qat import weight_quantizers
-from rlq.quant.tensor import check_bits, quantize_tensor
+from rlq.quant.tensor import check_bits, quantize_tensor, straight_through
 from rlq.sb3.checkpoint import zip_path
 from rlq.sb3.networks import named_layers, refresh_optimizers
 
@@ -111,7 +111,8 @@ class MemoizedWeightFakeQuant(WeightFakeQuant):
 
     The output is bit for bit the parent's: its unclipped straight-through output is the fake-quantized
     weight plus ``w - w.detach()`` (exactly +0.0), so the memo keeps that output's values and, with
-    gradients on, adds ``w - w.detach()`` again, whose gradient is the identity, as the parent's.
+    gradients on, gives them back with the identity gradient (:func:`rlq.quant.tensor.straight_through`,
+    no copy), as the parent's.
 
     Above a block-circulant layer (``expansion``, set by :func:`stack_fake_quant_`) a miss quantizes the B
     times smaller B-vectors and expands the result: the B rows of a block row hold the same values as
@@ -150,9 +151,7 @@ class MemoizedWeightFakeQuant(WeightFakeQuant):
                 out = super().forward(weight)
                 self.memo.put(weight, out.detach())
                 return out
-        if torch.is_grad_enabled() and weight.requires_grad:
-            return quantized + (weight - weight.detach())
-        return quantized
+        return straight_through(weight, quantized)
 
     def _vectors_beneath(self, weight: torch.Tensor) -> torch.Tensor | None:
         """Return the B-vectors ``weight`` is the cached expansion of, or None (no such layer, or another axis)."""
