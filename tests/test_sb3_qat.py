@@ -207,7 +207,40 @@ def test_interrupted_qat_run_resumes_from_its_checkpoint(tmp_path):
     assert all(distinct_values(m, per_channel=True) <= 3 for m in all_weight_layers(final.policy))
 
 
+@pytest.mark.parametrize("algo", ["TD3", "SAC", "DQN", "PPO"])
+def test_action_path_qat_quantizes_what_is_deployed_and_its_target_twin_only(algo):
+    """networks="action_path": the deployed action path (and the target twin polyak pairs with it) is quantized,
+    the critics and value head train in float; the converted actor then takes at most 2^bits values a channel."""
+    model = tiny_model(algo)
+    callback = QATCallback(bits=3, delay_steps=0, networks="action_path")
+    model.learn(160, callback=callback)
+    path, _ = action_network(model)
+    on_path = {id(m) for m in path.modules()}
+    twins = {"TD3": "actor_target.", "DQN": "q_net_target."}
+    names = dict(model.policy.named_modules())
+    expected = {n for n, m in names.items() if id(m) in on_path and isinstance(m, torch.nn.Linear)}
+    expected |= {
+        n
+        for n in names
+        if algo in twins and n.startswith(twins[algo]) and isinstance(names[n], torch.nn.Linear)
+    }
+    assert set(callback.layers) == expected and expected
+    assert not any(
+        n.startswith(("critic", "qf", "value_net", "mlp_extractor.value_net")) for n in callback.layers
+    )
+    for name in expected:
+        assert distinct_values(names[name], per_channel=True) <= 2**3
+    critic_layers = [
+        m
+        for n, m in names.items()
+        if n.startswith(("critic.", "value_net")) and isinstance(m, torch.nn.Linear)
+    ]
+    assert all(distinct_values(m) > 2**3 for m in critic_layers)  # float, not quantized
+
+
 def test_bad_arguments():
+    with pytest.raises(ValueError, match="networks"):
+        QATCallback(bits=4, networks="critic")
     with pytest.raises(ValueError, match="bits"):
         QATCallback(bits=1)
     with pytest.raises(ValueError, match="delay_steps"):

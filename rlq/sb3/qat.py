@@ -226,9 +226,40 @@ def _install_state_dict_hooks(layer: nn.Module) -> None:
     setattr(layer, _HOOKED, True)
 
 
-def qat_layers(policy: nn.Module, skip_first_last: bool = False) -> dict[str, nn.Module]:
-    """Return ``{qualified name: layer}`` of the policy's layers that QAT quantizes: every network, targets included."""
-    return named_layers(policy, skip_first_last=skip_first_last)
+QAT_NETWORKS = ("all", "action_path")
+"""What :class:`QATCallback` quantizes: every network (QuaRL), or only the layers the deployed policy runs."""
+
+_TARGET_TWINS = {"actor.": "actor_target.", "q_net.": "q_net_target."}
+"""Online network prefix -> its target network's prefix, for the action path's target twins (TD3/DDPG, DQN)."""
+
+
+def qat_layers(
+    policy: nn.Module, skip_first_last: bool = False, networks: str = "all"
+) -> dict[str, nn.Module]:
+    """Return ``{qualified name: layer}`` of the policy's layers that QAT quantizes (``networks``: :data:`QAT_NETWORKS`).
+
+    ``"all"``: every network, targets included. ``"action_path"``: the layers of
+    :func:`rlq.sb3.action_path.action_network` (what a deployed policy runs; a features extractor shared with
+    the value function included) and their target twins, so polyak updates keep pairing identical
+    parametrizations; critics and value heads, which are never shipped, train in float.
+    """
+    if networks not in QAT_NETWORKS:
+        raise ValueError(f"networks must be one of {', '.join(QAT_NETWORKS)}, got {networks!r}")
+    layers = named_layers(policy, skip_first_last=skip_first_last)
+    if networks == "all":
+        return layers
+    from rlq.sb3.action_path import action_network
+
+    path, _ = action_network(policy)
+    on_path = {id(m) for m in path.modules()}
+    names = {name for name, layer in layers.items() if id(layer) in on_path}
+    twins = {
+        twin + name[len(online) :]
+        for name in names
+        for online, twin in _TARGET_TWINS.items()
+        if name.startswith(online)
+    }
+    return {name: layer for name, layer in layers.items() if name in names | twins}
 
 
 def _fake_quant_on_top(layer: nn.Module) -> list[WeightFakeQuant]:
@@ -309,8 +340,11 @@ def prepare_policy_qat_(
     activations: bool = False,
     per_channel: bool = True,
     skip_first_last: bool = False,
+    networks: str = "all",
 ) -> list[str]:
     """Return the names of the layers of an SB3 policy prepared (in place) for QAT, enabled.
+
+    ``networks`` picks the layers (:func:`qat_layers`): every network, or the action path only.
 
     Online and target networks get identical quantizers, so SB3's polyak updates (which zip the two
     networks' ``parameters()``) keep pairing the same tensors. A compressed layer (block-circulant or
@@ -322,7 +356,7 @@ def prepare_policy_qat_(
     check_bits(bits)
     if is_qat(policy):
         raise ValueError("the policy is already prepared for QAT")
-    layers = qat_layers(policy, skip_first_last)
+    layers = qat_layers(policy, skip_first_last, networks)
     if not layers:
         raise ValueError(f"{type(policy).__name__} has no layer to quantize")
     for name, layer in layers.items():
@@ -399,6 +433,10 @@ class QATCallback(BaseCallback):
     :param convert_at_end: bake the quantized weights in when ``learn`` returns; keep False to continue QAT
         over several ``learn`` calls.
     :param skip_first_last: leave the first and last layer of each network unquantized.
+    :param networks: ``"all"`` (QuaRL: actor, critics and targets) or ``"action_path"``: only the layers the
+        deployed policy runs and their target twins (:func:`qat_layers`). Critics are never shipped, and
+        fake-quantizing them costs most of QAT's training time in off-policy algorithms (TD3 evaluates its
+        twin critics and their targets several times a step).
 
     ``history`` holds one ``{"step", "enabled"}`` entry when training starts and one when quantization
     switches on; ``layers`` the names of the quantized layers.
@@ -412,8 +450,12 @@ class QATCallback(BaseCallback):
         per_channel: bool = True,
         convert_at_end: bool = True,
         skip_first_last: bool = False,
+        networks: str = "all",
     ):
         super().__init__()
+        if networks not in QAT_NETWORKS:
+            raise ValueError(f"networks must be one of {', '.join(QAT_NETWORKS)}, got {networks!r}")
+        self.networks = networks
         self.bits = check_bits(bits)
         self.delay_steps = check_non_negative_int("delay_steps", delay_steps)
         self.activations = bool(activations)
@@ -445,7 +487,7 @@ class QATCallback(BaseCallback):
             self.layers = list(layers)
         else:
             self.layers = prepare_policy_qat_(
-                policy, self.bits, self.activations, self.per_channel, self.skip_first_last
+                policy, self.bits, self.activations, self.per_channel, self.skip_first_last, self.networks
             )
         self._set_enabled(self.num_timesteps >= self.delay_steps)
 
@@ -570,6 +612,7 @@ __all__ = [
     "lift_fake_quant_",
     "load_qat",
     "prepare_policy_qat_",
+    "QAT_NETWORKS",
     "qat_layers",
     "qat_state",
     "save_qat",
