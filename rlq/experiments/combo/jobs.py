@@ -58,6 +58,7 @@ def train_and_deploy(
     pruning: dict[str, Any],
     qat_bits: int = 4,
     qat_delay_steps: int = 0,
+    qat_networks: str = "all",
     eval_episodes: int = 5,
     latency_repeats: int = 200,
     latency_rounds: int = 5,
@@ -71,7 +72,8 @@ def train_and_deploy(
     """Return one job's result: ``rows`` (one per derived method, :func:`deploy_and_measure`'s columns plus keys) and ``training``.
 
     ``training`` is a key of :data:`TRAININGS`; only the ``methods`` it derives (:data:`DERIVED`) are deployed.
-    ``callbacks`` run after the compression and QAT callbacks (tests interrupt training with one). Picklable,
+    ``qat_networks`` is :class:`rlq.sb3.qat.QATCallback`'s ``networks`` (every network, or the action path
+    only). ``callbacks`` run after the compression and QAT callbacks (tests interrupt training with one). Picklable,
     for worker processes; ``torch_threads`` sets this process's thread count.
     """
     from rlq.experiments.gst import train_compressed
@@ -87,8 +89,12 @@ def train_and_deploy(
                   hyperparams=hyperparams, gst=gst if compression == "gst" else None,
                   pruning=pruning if compression == "pruning" else None,
                   qat_bits=qat_bits if with_qat else None, qat_delay_steps=qat_delay_steps if with_qat else None)  # fmt: skip
+    if (
+        with_qat and qat_networks != "all"
+    ):  # only then: folders trained before the option existed still resume
+        config["qat_networks"] = qat_networks
     check_run_config(run_dir, config)
-    qat = [QATCallback(qat_bits, delay_steps=qat_delay_steps)] if with_qat else []
+    qat = [QATCallback(qat_bits, delay_steps=qat_delay_steps, networks=qat_networks)] if with_qat else []
     run = train_compressed(
         compression, "TD3", env_id, total_timesteps, seed=seed, hyperparams=hyperparams, run_dir=run_dir,
         checkpoint_every=checkpoint_every, gst=gst, pruning=pruning, reward_window=reward_window,
