@@ -3,6 +3,18 @@
 QuaRL (Krishnan et al., arXiv 1910.01055, section 4.1) quantizes a trained policy after training and rolls
 it out: fp16 as a cast, int8 and lower as uniform quantization of the weights (per tensor for linear layers,
 per output channel for convolutions).
+
+Why ``torch.ao.quantization`` and not torchao, although the former warns that it is deprecated in favour of
+the latter: torchao 0.18 works on this CPU (outputs within 2e-3 of fp32, like ``torch.ao``'s) but is slower
+than ``torch.ao`` at every size measured. ``benchmarks/bench_torchao.py``, one thread, two runs on a quiet
+machine (load 1.0, 2026-12-01), torchao's latency over ``torch.ao``'s dynamic int8 in the same run:
+
+- TD3 actor 17-256-256-6, batch 1: ``Int8DynamicActivationInt8WeightConfig`` 6.7x slower, ``Int8WeightOnlyConfig``
+  1.02-1.04x; batch 256: 4.2-4.6x and 1.7x.
+- ActorQ's 24-2048x3-6 policy, batch 1: 3.1x and 6.2-6.7x; batch 256: 1.07-1.10x and 3.5-4.8x.
+
+So the int8 path stays on ``torch.ao`` (and ONNX Runtime, :mod:`rlq.quant.onnx_backend`) until torchao's CPU
+kernels catch up; the benchmark says when.
 """
 
 from __future__ import annotations
