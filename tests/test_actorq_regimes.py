@@ -93,7 +93,9 @@ def test_paper_curve_uses_both_regimes(results):
     assert curve["bound_fp32"].iloc[-1] == curve["bound_q"].iloc[-1] == "actors"
 
     def mean_actor(p):
-        return np.mean([result_costs(results[("light_learner", s, p)]).actor_seconds_per_step for s in (0, 1)])
+        return np.mean(
+            [result_costs(results[("light_learner", s, p)]).actor_seconds_per_step for s in (0, 1)]
+        )
 
     assert curve["speedup"].iloc[-1] == pytest.approx(mean_actor("fp32") / mean_actor("int8"))
     with pytest.raises(ValueError, match="no fp32 run of regime 'missing'"):

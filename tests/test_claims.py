@@ -63,7 +63,10 @@ def test_every_claim_names_a_paper_row_a_family_and_a_direction():
 def test_actorq_speedup_is_judged_in_the_regime_it_was_measured_in():
     claim = _claim("end_to_end_speedup_min", "actorq")
     results = _results(claim.estimate, 1.7, 1.55, 1.9)
-    results["estimates"][claim.estimate] |= {"regime": "actor_bound", "description": "one update per 80 steps"}
+    results["estimates"][claim.estimate] |= {
+        "regime": "actor_bound",
+        "description": "one update per 80 steps",
+    }
     got = judge(claim, results, 1.5)
     assert got.verdict == "holds" and got.threshold == 1.5
     assert got.setting == "measured in the actor_bound regime: one update per 80 steps"
