@@ -31,9 +31,7 @@ TINY = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one thread per test, restored after
 
 
 def tiny_model(algo: str, seed: int = 0):
