@@ -254,12 +254,17 @@ class TensorMemo:
             and not torch.compiler.is_compiling()
         )
 
+    def _stored_value(self) -> Tensor | None:
+        """Return the stored value unless there is none or it was changed in place since :meth:`put`."""
+        value = self._value
+        if value is None or self._snapshot is None or value._version != self._value_version:
+            return None
+        return value
+
     def get(self, x: Tensor) -> Tensor | None:
         """Return the value stored for ``x`` if ``x`` is unchanged bit for bit since :meth:`put`, else None."""
-        value, snapshot = self._value, self._snapshot
-        if value is None or snapshot is None or value._version != self._value_version:
-            return None
-        if x._version != self._version or not _same_bits(x, snapshot):
+        value = self._stored_value()
+        if value is None or x._version != self._version or not _same_bits(x, self._snapshot):
             return None
         return value
 
@@ -304,8 +309,8 @@ class ExpansionCache(TensorMemo):
         :class:`rlq.sb3.qat.MemoizedWeightFakeQuant`) can be computed from the B times smaller vectors.
         ``dense`` may be the cached tensor or an alias of it (the output of a hit with gradients on).
         """
-        value = self._value
-        if value is None or self._snapshot is None or value._version != self._value_version:
+        value = self._stored_value()
+        if value is None:
             return None
         same = (
             dense.data_ptr() == value.data_ptr()

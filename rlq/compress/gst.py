@@ -466,9 +466,8 @@ class GSTSchedule:
         """Restore the progress saved by :meth:`state_dict` (the module's compression is in its weights)."""
         for key in ("started", "transitions_done", "handed_over", "last_step", "last_prune_step"):
             setattr(self, key, state[key])
-        self.last_observe_step = state.get(
-            "last_observe_step"
-        )  # absent in states saved before the trend guard
+        # absent in states saved before the trend guard
+        self.last_observe_step = state.get("last_observe_step")
         self.applied_sparsity = float(state["applied_sparsity"])
         self.latest_reward = state["latest_reward"]
         self.controller.load_state_dict(state["controller"])

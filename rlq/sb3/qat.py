@@ -229,6 +229,14 @@ def _install_state_dict_hooks(layer: nn.Module) -> None:
 QAT_NETWORKS = ("all", "action_path")
 """What :class:`QATCallback` quantizes: every network (QuaRL), or only the layers the deployed policy runs."""
 
+
+def check_qat_networks(networks: str) -> str:
+    """Return ``networks`` if it is one of :data:`QAT_NETWORKS`, else raise ValueError naming the choices."""
+    if networks not in QAT_NETWORKS:
+        raise ValueError(f"networks must be one of {', '.join(QAT_NETWORKS)}, got {networks!r}")
+    return networks
+
+
 _TARGET_TWINS = {"actor.": "actor_target.", "q_net.": "q_net_target."}
 """Online network prefix -> its target network's prefix, for the action path's target twins (TD3/DDPG, DQN)."""
 
@@ -243,10 +251,8 @@ def qat_layers(
     the value function included) and their target twins, so polyak updates keep pairing identical
     parametrizations; critics and value heads, which are never shipped, train in float.
     """
-    if networks not in QAT_NETWORKS:
-        raise ValueError(f"networks must be one of {', '.join(QAT_NETWORKS)}, got {networks!r}")
     layers = named_layers(policy, skip_first_last=skip_first_last)
-    if networks == "all":
+    if check_qat_networks(networks) == "all":
         return layers
     from rlq.sb3.action_path import action_network
 
@@ -453,9 +459,7 @@ class QATCallback(BaseCallback):
         networks: str = "all",
     ):
         super().__init__()
-        if networks not in QAT_NETWORKS:
-            raise ValueError(f"networks must be one of {', '.join(QAT_NETWORKS)}, got {networks!r}")
-        self.networks = networks
+        self.networks = check_qat_networks(networks)
         self.bits = check_bits(bits)
         self.delay_steps = check_non_negative_int("delay_steps", delay_steps)
         self.activations = bool(activations)
@@ -606,6 +610,7 @@ __all__ = [
     "MemoizedWeightFakeQuant",
     "QATCallback",
     "apply_qat_state_",
+    "check_qat_networks",
     "convert_policy_qat_",
     "distinct_values",
     "fake_quant_lifted",

@@ -89,9 +89,8 @@ def train_and_deploy(
                   hyperparams=hyperparams, gst=gst if compression == "gst" else None,
                   pruning=pruning if compression == "pruning" else None,
                   qat_bits=qat_bits if with_qat else None, qat_delay_steps=qat_delay_steps if with_qat else None)  # fmt: skip
-    if (
-        with_qat and qat_networks != "all"
-    ):  # only then: folders trained before the option existed still resume
+    # recorded only when not the default: folders trained before the option existed still resume
+    if with_qat and qat_networks != "all":
         config["qat_networks"] = qat_networks
     check_run_config(run_dir, config)
     qat = [QATCallback(qat_bits, delay_steps=qat_delay_steps, networks=qat_networks)] if with_qat else []
@@ -179,14 +178,14 @@ def measure_latencies(
 
     Each training's deployed ONNX files are timed beside the dense fp32 reference
     (:func:`rlq.experiments.combo.methods.deployed_latency`) in this one process, after every training has
-    finished: with workers still training beside it a 2-core machine inflates ratios (NOTES.md). With ``out``
-    the table is written again as ``out/methods.csv``. ``repeats`` 0 leaves the columns NaN.
+    finished: with workers still training beside it a 2-core machine inflates ratios (NOTES.md). The table is
+    written again as ``out/methods.csv``. ``repeats`` 0 leaves the columns NaN.
     """
-    from rlq.experiments.combo.methods import LATENCY_COLUMNS, deployed_latency, latency_columns
+    from rlq.experiments.combo.methods import deployed_latency, latency_columns
 
     table = methods.copy()
-    for column in LATENCY_COLUMNS:
-        table[column] = float("nan")
+    for column, nan in latency_columns({}, "").items():  # every latency column, NaN until timed
+        table[column] = nan
     if repeats:
         for (env_id, training, seed), group in table.groupby(["env_id", "training", "seed"], sort=False):
             folder = job_folder(out, env_id, training, int(seed)) / "deployed"

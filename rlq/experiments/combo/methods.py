@@ -264,8 +264,6 @@ def deploy_and_measure(
 LATENCY_INPUT = "latency_input.npy"
 """The batch-1 observation a deployed folder's sessions are timed on (written by :func:`deploy_and_measure`)."""
 
-LATENCY_COLUMNS = ("latency_us", "latency_p90_us", "reference_latency_us", "latency_ratio")
-
 
 def latency_columns(timings: dict[str, dict[str, float]], method: str) -> dict[str, float]:
     """Return ``method``'s latency columns from :func:`measure_side_by_side`'s ``timings`` (NaN where not timed)."""

@@ -79,9 +79,8 @@ def compression_settings(
             "backoff": sparsity_backoff,
         },
     }
-    if (
-        trend_ratio
-    ):  # only when on: run folders trained without the guard keep resuming with the same settings
+    # only when on: run folders trained without the guard keep resuming with the same settings
+    if trend_ratio:
         gst["sparsity"] |= {"trend_ratio": trend_ratio, "trend_window": trend_window}
     if s_shift is not None:
         gst["s_shift"] = s_shift
