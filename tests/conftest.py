@@ -78,6 +78,25 @@ def relu_mlp(sizes=(6, 16, 16, 16, 3)) -> nn.Sequential:
     return nn.Sequential(*layers[:-1])
 
 
+def trained_td3_parameters(callbacks, steps: int = 160) -> list:
+    """Return copies of every parameter of a tiny TD3 (Pendulum, 16-16, seed 0) after ``steps`` with ``callbacks``.
+
+    Two such trainings differing only in a cache or memo must give the same bits: the tests of those caches
+    compare them.
+    """
+    from rlq.rl.agents import make_model
+
+    hyper = {
+        "policy_kwargs": {"net_arch": [16, 16]},
+        "learning_starts": 40,
+        "buffer_size": 1000,
+        "batch_size": 16,
+    }
+    model = make_model("TD3", "Pendulum-v1", seed=0, hyperparams=hyper)
+    model.learn(steps, callback=callbacks)
+    return [p.detach().clone() for p in model.policy.parameters()]
+
+
 def interrupt_at(at: int):
     """Return an SB3 callback that stops training abruptly at step ``at`` (no on_training_end), as a kill would."""
     from stable_baselines3.common.callbacks import BaseCallback

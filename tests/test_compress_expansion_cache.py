@@ -10,6 +10,7 @@ import torch
 from stable_baselines3.common.utils import polyak_update
 from torch import nn
 
+from conftest import trained_td3_parameters
 from rlq.compress import (
     block_circulant_,
     circulant_vectors,
@@ -180,16 +181,13 @@ def test_inference_mode_and_dtype_changes_bypass_or_miss(net):
 
 def train_td3(with_qat: bool) -> list[torch.Tensor]:
     """Return every parameter of a tiny TD3 trained with GST (B=4, a transition to B=2), and QAT if asked."""
-    from rlq.rl.agents import make_model
     from rlq.sb3.gst import GSTCallback
     from rlq.sb3.qat import QATCallback
 
-    hyper = {"policy_kwargs": {"net_arch": [16, 16]}, "learning_starts": 40, "buffer_size": 1000}
-    model = make_model("TD3", "Pendulum-v1", seed=0, hyperparams=hyper | {"batch_size": 16})
     gst = GSTCallback(total_steps=160, block_schedule=((0.0, 4), (0.5, 2)), bc_end=1.0, s_shift=1.0)
-    callbacks = [gst, QATCallback(4, delay_steps=60, convert_at_end=False)] if with_qat else gst
-    model.learn(160, callback=callbacks)
-    return [p.detach().clone() for p in model.policy.parameters()]
+    return trained_td3_parameters(
+        [gst, QATCallback(4, delay_steps=60, convert_at_end=False)] if with_qat else gst
+    )
 
 
 @pytest.mark.parametrize("with_qat", [False, True], ids=["gst", "gst+qat"])

@@ -117,6 +117,24 @@ def edge_tensors(dtype=torch.float32):
 CASES = list(edge_tensors())
 
 
+def assert_matches_reference(t, bits, axis, symmetric):
+    """Scale, zero point, fake_quantize (and its symmetric shortcut), quantize_tensor: the reference's bits.
+
+    Returns the reference's ``(scale, zero_point)``.
+    """
+    qmin, qmax = integer_range(bits, symmetric)
+    scale, zero_point = quantization_params(t, bits, axis, symmetric)
+    want_scale, want_zero = ref_params(t, bits, axis, symmetric)
+    assert_same_bits(scale, want_scale)
+    assert_same_bits(zero_point, want_zero)
+    want = ref_fake_quantize(t, want_scale, want_zero, qmin, qmax)
+    assert_same_bits(fake_quantize(t, scale, zero_point, qmin, qmax), want)
+    assert_same_bits(quantize_tensor(t, bits, axis, symmetric), want)
+    if symmetric:  # zero point None: the symmetric shortcut
+        assert_same_bits(fake_quantize(t, scale, None, qmin, qmax), want)
+    return want_scale, want_zero
+
+
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("axis", [None, 0, 1, -1])
 @pytest.mark.parametrize("case", CASES)
@@ -124,15 +142,7 @@ def test_params_and_fake_quantize_match_reference(case, axis, symmetric):
     t = edge_tensors()[case]
     for bits in BITS:
         qmin, qmax = integer_range(bits, symmetric)
-        scale, zero_point = quantization_params(t, bits, axis, symmetric)
-        want_scale, want_zero = ref_params(t, bits, axis, symmetric)
-        assert_same_bits(scale, want_scale)
-        assert_same_bits(zero_point, want_zero)
-        want = ref_fake_quantize(t, want_scale, want_zero, qmin, qmax)
-        assert_same_bits(fake_quantize(t, scale, zero_point, qmin, qmax), want)
-        assert_same_bits(quantize_tensor(t, bits, axis, symmetric), want)
-        if symmetric:  # zero point None: the symmetric shortcut
-            assert_same_bits(fake_quantize(t, scale, None, qmin, qmax), want)
+        want_scale, want_zero = assert_matches_reference(t, bits, axis, symmetric)
         codes, _, _ = quantize_to_codes(t, bits, axis, symmetric)
         want_codes = torch.clamp(torch.round(t / want_scale) + want_zero, qmin, qmax).to(torch.int64)
         assert torch.equal(codes, want_codes)
@@ -234,15 +244,7 @@ def test_random_tensors_match_reference(axis, symmetric):
         t = torch.randn(9, 13, generator=g) * 10 ** float(torch.randint(-6, 6, (), generator=g))
         t = t + float(torch.randn((), generator=g)) * t.abs().mean() * (trial % 3)  # shifted off zero
         for bits in BITS:
-            qmin, qmax = integer_range(bits, symmetric)
-            scale, zero_point = quantization_params(t, bits, axis, symmetric)
-            want_scale, want_zero = ref_params(t, bits, axis, symmetric)
-            assert_same_bits(scale, want_scale)
-            assert_same_bits(zero_point, want_zero)
-            assert_same_bits(
-                quantize_tensor(t, bits, axis, symmetric),
-                ref_fake_quantize(t, want_scale, want_zero, qmin, qmax),
-            )
+            assert_matches_reference(t, bits, axis, symmetric)
 
 
 @pytest.mark.parametrize("symmetric", [True, False])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn.utils import parametrize
 
-from conftest import interrupt_at
+from conftest import interrupt_at, trained_td3_parameters
 from rlq.quant import WeightFakeQuant, is_qat, set_qat_enabled
 from rlq.rl.agents import algorithm_class, make_model, train_agent
 from rlq.rl.envs import make_vec_env
@@ -310,13 +310,10 @@ def test_td3_with_qat_trains_bit_for_bit_as_without_the_memo(monkeypatch, compre
     from rlq.sb3.gst import GSTCallback
 
     def train():
-        hyper = {"policy_kwargs": {"net_arch": [16, 16]}, "learning_starts": 40, "buffer_size": 1000}
-        model = make_model("TD3", "Pendulum-v1", seed=0, hyperparams=hyper | {"batch_size": 16})
         callbacks = [QATCallback(4, delay_steps=60, convert_at_end=False)]
         if compression == "gst":
             callbacks.append(GSTCallback(total_steps=160, block_schedule=((0.0, 4), (0.5, 2)), bc_end=0.75))
-        model.learn(160, callback=callbacks)
-        return [p.detach().clone() for p in model.policy.parameters()]
+        return trained_td3_parameters(callbacks)
 
     hits = []
     get = TensorMemo.get
