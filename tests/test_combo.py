@@ -86,14 +86,24 @@ def agents() -> dict:
 
 
 def index_bits_by_hand(mask: torch.Tensor) -> int:
-    """The cheaper of a bitmask and relative indices (gap - 1 in the fewest bits that hold the largest gap)."""
+    """The cheaper of a bitmask and relative indices: at each width, walk the gaps, one filler code per 2^w - 1 skipped."""
     flat = mask.detach().reshape(-1).numpy().astype(bool)
     kept = np.flatnonzero(flat)
     if not len(kept):
         return 0
     gaps = np.diff(np.concatenate([[-1], kept]))
-    width = max(1, math.ceil(math.log2(gaps.max())))
-    return min(flat.size, len(kept) * width)
+    best = flat.size
+    for width in range(1, 33):
+        entries = 0
+        for gap in gaps.tolist():
+            while gap > 2**width - 1:
+                gap -= 2**width - 1
+                entries += 1
+            entries += 1
+        best = min(best, width * entries)
+        if 2**width - 1 >= gaps.max():
+            break
+    return best
 
 
 def count_by_hand(model, bits: int | None, per_channel: bool | None) -> float:

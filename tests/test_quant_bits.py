@@ -9,7 +9,14 @@ from torch import nn
 from rlq.compress import make_block_circulant_
 from rlq.compress.masks import prune_with_mask_
 from rlq.quant import WeightFakeQuant, bits_per_weight, prepare_qat_, ptq, size_report
-from rlq.quant.bits import index_bits, mark_weight_format_, relative_index_width
+from rlq.quant.bits import (
+    index_bits,
+    mark_weight_format_,
+    relative_index_codes,
+    relative_index_cost,
+    relative_index_positions,
+    relative_index_width,
+)
 from rlq.quant.layers import quantizable_layers
 from rlq.sb3.qat import stack_fake_quant_
 
@@ -62,17 +69,39 @@ def test_simulated_copies_need_their_width_given():
         bits_per_weight(copy, bits=1)
 
 
-def test_relative_indices_use_the_largest_gap():
-    # kept positions 0, 10, 40, 63 of 64: gaps 1, 10, 30, 23 -> w = ceil(log2 30) = 5
+def test_relative_indices_take_the_cheapest_width_with_fillers():
+    # kept positions 0, 10, 40, 63 of 64: gaps 1, 10, 30, 23. Fillers (d - 1) // (2^w - 1) per gap:
+    # w=1: 60 -> 64 bits; w=2: 19 -> 46; w=3: 8 -> 36; w=4: 2 -> 24; w=5: none -> 20 (widest: 2^5 - 1 >= 30)
     mask = flat_mask((8, 8), [0, 10, 40, 63])
+    assert relative_index_cost(mask) == (5, 0, 20)
     assert relative_index_width(mask) == 5
     assert index_bits(mask) == ("relative", 5, 4 * 5)
-    # kept 16..63: first gap 17 -> w = 5, 48 * 5 bits > a 64-bit bitmask
-    assert index_bits(flat_mask((8, 8), range(16, 64))) == ("bitmask", 5, 64)
-    assert relative_index_width(flat_mask((4,), [0, 1, 2])) == 1  # every gap 1: still one bit
-    assert relative_index_width(flat_mask((4,), [1, 3])) == 1  # gaps 2, 2: d - 1 = 1 fits one bit
-    assert relative_index_width(flat_mask((8,), [4])) == 3  # gap 5: d - 1 = 4 needs 3 bits
+    # kept 16..63: gaps 17, 1 x 47; w=1 needs 16 fillers: 64 bits, a tie with the bitmask, which wins
+    assert index_bits(flat_mask((8, 8), range(16, 64))) == ("bitmask", 1, 64)
+    assert relative_index_cost(flat_mask((4,), [0, 1, 2])) == (1, 0, 3)  # every gap 1: one bit each
+    assert relative_index_cost(flat_mask((4,), [1, 3])) == (1, 2, 4)  # gaps 2, 2: w=1 and w=2 tie at 4
+    assert relative_index_cost(flat_mask((8,), [4])) == (3, 0, 3)  # gap 5: w=1 5 bits, w=2 4, w=3 3
+    # eight gaps of 1 and one of 193: w=8 needs no filler (72 bits); w=7 needs one (filler 127): 10 x 7 = 70
+    mask = flat_mask((256,), [*range(8), 200])
+    assert relative_index_cost(mask) == (7, 1, 70)
+    assert index_bits(mask) == ("relative", 7, 70)
+    assert relative_index_codes(mask, 7).tolist() == [0] * 8 + [127, 65]  # 7 + 127 + 66 = 200
     assert index_bits(torch.zeros(4, 4)) == ("relative", 0, 0)
+
+
+def test_relative_index_codes_decode_to_the_kept_positions_at_every_width():
+    generator = torch.Generator().manual_seed(0)
+    for density in (0.005, 0.1, 0.6):
+        mask = torch.rand(40, 50, generator=generator) < density
+        kept = torch.nonzero(mask.reshape(-1)).reshape(-1)
+        for width in range(1, 13):
+            codes = relative_index_codes(mask, width)
+            fillers = int((codes == 2**width - 1).sum())
+            assert len(codes) == len(kept) + fillers and int(codes.max()) < 2**width
+            assert torch.equal(relative_index_positions(codes, width), kept)
+        width, fillers, bits = relative_index_cost(mask)
+        assert bits == width * len(relative_index_codes(mask, width)) == width * (len(kept) + fillers)
+        assert bits == min(w * len(relative_index_codes(mask, w)) for w in range(1, 13))
 
 
 def test_pruned_layer_counts_kept_values_and_the_cheaper_index():
@@ -109,7 +138,7 @@ def test_block_circulant_pruned_quantized_layer():
     """B=4 on 8x8: B-vectors (2, 2, 4); 8 of 16 kept; 4 bits; one scale per block row (2)."""
     layer = nn.Linear(8, 8)
     make_block_circulant_(layer, 4)
-    # kept 0..3 and 8..11: gaps 1,1,1,1,5,1,1,1 -> w = 3, 24 bits > a 16-bit bitmask
+    # kept 0..3 and 8..11: gaps 1,1,1,1,5,1,1,1 -> w = 1 with 4 fillers: 12 bits < a 16-bit bitmask
     prune_with_mask_(
         layer.parametrizations.weight, "original", flat_mask((2, 2, 4), [0, 1, 2, 3, 8, 9, 10, 11])
     )
@@ -119,14 +148,14 @@ def test_block_circulant_pruned_quantized_layer():
     assert (row["stored"], row["value_bits"], row["index_format"], row["index_bits"], row["scales"]) == (
         8,
         4,
-        "bitmask",
-        16,
+        "relative",
+        12,
         2,
     )
-    assert row["total_bits"] == 8 * 4 + 16 + 2 * 32
-    assert bits_per_weight(layer) == 112 / 64
+    assert row["total_bits"] == 8 * 4 + 12 + 2 * 32
+    assert bits_per_weight(layer) == 108 / 64
     layer.parametrizations.weight[-1].axis = None  # per tensor: one scale
-    assert bits_per_weight(layer) == (8 * 4 + 16 + 32) / 64
+    assert bits_per_weight(layer) == (8 * 4 + 12 + 32) / 64
 
 
 def test_all_combined():

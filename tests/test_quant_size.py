@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,3 +209,39 @@ def test_int8_onnx_of_the_packed_policy_acts_like_torch(tmp_path):
     a_onnx = onnx(obs)
     a_onnx = a_onnx.numpy() if hasattr(a_onnx, "numpy") else a_onnx
     assert float(abs(a_torch - a_onnx).max()) <= 1e-2
+
+
+def test_packed_files_of_format_1_still_load(tmp_path):
+    """tests/data/packed_format1.rlqp: combined_policy() saved by rlq before filler codes (gap - 1 in 6 bits)."""
+    from rlq.quant.size import PACKED_FORMAT, load_packed, packed_header, save_packed
+
+    old = Path(__file__).parent / "data" / "packed_format1.rlqp"
+    header = packed_header(old)
+    assert header["format"] == 1 and header["layers"][2]["index_format"] == "relative"
+    assert header["layers"][2]["index_width"] == 6
+    new = save_packed(combined_policy(), tmp_path / "new.rlqp")
+    layer = packed_header(new)["layers"][2]
+    assert packed_header(new)["format"] == PACKED_FORMAT == 2
+    # 13 kept of 128: 4-bit codes with fillers
+    assert (layer["index_format"], layer["index_width"]) == ("relative", 4)
+    assert layer["index_fillers"] > 0
+    old_state, new_state = load_packed(old), load_packed(new)
+    assert old_state.keys() == new_state.keys()
+    for key in old_state:
+        assert torch.equal(old_state[key], new_state[key]), key
+
+
+def test_damaged_packed_files_are_refused_naming_the_problem(tmp_path):
+    from rlq.quant.size import load_packed, save_packed
+
+    path = save_packed(combined_policy(), tmp_path / "p.rlqp")
+    data = path.read_bytes()
+    (tmp_path / "short.rlqp").write_bytes(data[:-40])
+    with pytest.raises(ValueError, match="truncated"):
+        load_packed(tmp_path / "short.rlqp")
+    (tmp_path / "future.rlqp").write_bytes(data.replace(b'"format":2', b'"format":9', 1))
+    with pytest.raises(ValueError, match="packed format 9"):
+        load_packed(tmp_path / "future.rlqp")
+    (tmp_path / "other.rlqp").write_bytes(b"PK" + data[2:])
+    with pytest.raises(ValueError, match="not a packed rlq file"):
+        load_packed(tmp_path / "other.rlqp")

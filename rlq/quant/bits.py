@@ -23,11 +23,15 @@ What each layer stores (the rule; structure is read from the module itself, as `
   counted only where they are not all zero (asymmetric quantization); rlq's weight quantization is
   symmetric. Float layers store no scale.
 - **Sparse index.** A masked tensor of ``n`` positions with ``k`` kept entries stores, whichever is
-  cheaper (a tie goes to the bitmask): a **bitmask** of ``n`` bits, or **relative indices**: each kept
-  entry's distance to the previous kept one (row-major order over the stored tensor; the first counted
-  from position -1), every distance ``d >= 1`` stored as ``d - 1`` in ``w = max(1, ceil(log2(max d)))``
-  bits, one width per layer just wide enough for its largest gap (so no padding entries), ``k * w`` bits.
-  A layer with nothing kept stores no index.
+  cheaper (a tie goes to the bitmask): a **bitmask** of ``n`` bits, or **relative indices** in the manner of
+  Deep Compression (Han et al., 2016): each kept entry's distance ``d >= 1`` to the previous kept one
+  (row-major order over the stored tensor; the first counted from position -1) as one ``w``-bit code. Codes
+  ``0 .. 2^w - 2`` mean "the next kept entry is ``code + 1`` positions on"; the top code ``E = 2^w - 1`` is a
+  **filler**: "move ``E`` positions on, nothing kept here". A gap ``d`` thus takes ``(d - 1) // E`` fillers
+  and one code, and the index is ``w * (k + fillers)`` bits. ``w`` is chosen per layer as the width (1 up
+  to the one that needs no filler) with the fewest bits; a tie goes to the narrower. Unlike Deep
+  Compression, whose filler is a stored zero weight, our filler stores no value (our design: the escape
+  code costs one index slot, not a value slot as well). A layer with nothing kept stores no index.
 
 Per-layer headers (shapes, the index width, the chosen format) are not counted: a few bytes per layer,
 the "small header" of a packed file.
@@ -99,6 +103,8 @@ class LayerStorage:
     """``"bitmask"``, ``"relative"`` or None (no mask)."""
     index_width: int | None
     """``w`` of the relative indices (also given when the bitmask was cheaper), else None."""
+    index_fillers: int | None
+    """Filler codes the relative indices need at width ``index_width`` (None without a mask)."""
     index_bits: int
     """Bits of the sparse index."""
     scales: int
@@ -114,22 +120,58 @@ class LayerStorage:
         return self.total_bits / self.dense
 
 
-def relative_index_width(mask: Tensor) -> int:
-    """Return ``w``, the width of the relative indices of the kept entries of ``mask`` (0 if none is kept)."""
+def _gaps(mask: Tensor) -> Tensor:
+    """Return the distances (int64, each >= 1) between consecutive kept entries of ``mask``, the first from -1."""
     positions = torch.nonzero(mask.detach().reshape(-1)).reshape(-1)
-    if positions.numel() == 0:
-        return 0
-    gaps = torch.diff(positions, prepend=positions.new_tensor([-1]))
-    return max(1, math.ceil(math.log2(int(gaps.max()))))
+    return torch.diff(positions, prepend=positions.new_tensor([-1]))
+
+
+def relative_index_cost(mask: Tensor) -> tuple[int, int, int]:
+    """Return ``(w, fillers, bits)`` of the cheapest relative indices of ``mask`` (``(0, 0, 0)`` if none is kept)."""
+    gaps = _gaps(mask)
+    if gaps.numel() == 0:
+        return 0, 0, 0
+    widest = max(1, math.ceil(math.log2(int(gaps.max()) + 1)))  # 2^w - 1 >= every gap: no filler
+    best = None
+    for width in range(1, widest + 1):
+        fillers = int(((gaps - 1) // (2**width - 1)).sum())
+        bits = width * (gaps.numel() + fillers)
+        if best is None or bits < best[2]:
+            best = (width, fillers, bits)
+    return best
+
+
+def relative_index_width(mask: Tensor) -> int:
+    """Return ``w``, the width of the cheapest relative indices of the kept entries of ``mask`` (0 if none is kept)."""
+    return relative_index_cost(mask)[0]
+
+
+def relative_index_codes(mask: Tensor, width: int) -> Tensor:
+    """Return the ``width``-bit relative index codes (int64, fillers included) of the kept entries of ``mask``."""
+    gaps = _gaps(mask)
+    filler = 2**width - 1
+    fillers = (gaps - 1) // filler
+    codes = torch.full((int(gaps.numel() + fillers.sum()),), filler, dtype=torch.int64)
+    # each gap's own code comes after its fillers
+    ends = torch.cumsum(fillers + 1, 0) - 1
+    codes[ends] = gaps - 1 - fillers * filler
+    return codes
+
+
+def relative_index_positions(codes: Tensor, width: int) -> Tensor:
+    """Return the kept positions (int64) that :func:`relative_index_codes` encoded as ``codes``."""
+    filler = 2**width - 1
+    codes = codes.to(torch.int64)
+    steps = torch.where(codes == filler, filler, codes + 1)
+    return (torch.cumsum(steps, 0) - 1)[codes != filler]
 
 
 def index_bits(mask: Tensor) -> tuple[str, int, int]:
     """Return ``(format, relative index width, bits)`` of the cheaper sparse index of ``mask``."""
-    kept = int(mask.count_nonzero())
-    width = relative_index_width(mask)
-    bitmask, relative = mask.numel(), kept * width
-    if kept == 0:
+    width, _, relative = relative_index_cost(mask)
+    if width == 0:
         return "relative", 0, 0
+    bitmask = mask.numel()
     return ("bitmask", width, bitmask) if bitmask <= relative else ("relative", width, relative)
 
 
@@ -231,6 +273,7 @@ def layer_storage(
     )
     kept = stored.numel() if mask is None else int(mask.count_nonzero())
     index_format, width, idx_bits = (None, None, 0) if mask is None else index_bits(mask)
+    fillers = None if mask is None else relative_index_cost(mask)[1]
     kinds = (["block_circulant"] if circulant else []) + (["pruned"] if mask is not None else [])
     kind = "+".join(kinds) or "dense"
     scale_bits = scales * SCALE_BITS
@@ -245,6 +288,7 @@ def layer_storage(
         scale_axis=scale_axis,
         index_format=index_format,
         index_width=width,
+        index_fillers=fillers,
         index_bits=idx_bits,
         scales=scales,
         scale_bits=scale_bits,
@@ -297,6 +341,9 @@ __all__ = [
     "index_bits",
     "layer_storage",
     "mark_weight_format_",
+    "relative_index_codes",
+    "relative_index_cost",
+    "relative_index_positions",
     "relative_index_width",
     "size_report",
     "stored_values",

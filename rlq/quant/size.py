@@ -21,7 +21,15 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from rlq.quant.bits import BitsSpec, LayerStorage, size_report, stored_values, weight_layers
+from rlq.quant.bits import (
+    BitsSpec,
+    LayerStorage,
+    relative_index_codes,
+    relative_index_positions,
+    size_report,
+    stored_values,
+    weight_layers,
+)
 from rlq.quant.layers import bake_parametrizations, is_quantizable, output_channel_axis, quantizable_layers
 from rlq.quant.tensor import check_bits, integer_range, parse_precision, quantize_to_codes
 
@@ -157,6 +165,10 @@ def model_size_bytes(module_or_path: nn.Module | str | os.PathLike, precision: s
 PACKED_MAGIC = b"RLQPACK1"
 """First bytes of a packed file; then the header's length (uint32, little-endian), the JSON header, the data."""
 
+PACKED_FORMAT = 2
+"""The header's ``format``: 2 writes relative indices with filler codes (:func:`rlq.quant.bits.relative_index_codes`);
+files of format 1 (relative indices as ``gap - 1`` in a width that holds the largest gap, no fillers) still load."""
+
 _FLOAT_DTYPES = {32: torch.float32, 16: torch.float16}
 
 
@@ -178,9 +190,7 @@ def _encode_layer(storage: LayerStorage, layer: nn.Module) -> tuple[dict, list[b
     if storage.index_format == "bitmask":
         index = np.packbits(keep.numpy().astype(np.uint8), bitorder="little").tobytes()
     elif storage.index_format == "relative" and storage.stored:
-        positions = torch.nonzero(keep).reshape(-1)
-        gaps = torch.diff(positions, prepend=positions.new_tensor([-1])) - 1
-        index = _pack_bits(gaps.numpy(), storage.index_width)
+        index = _pack_bits(relative_index_codes(keep, storage.index_width).numpy(), storage.index_width)
     scales = b""
     if storage.integer:
         codes, scale, _ = quantize_to_codes(
@@ -216,7 +226,7 @@ def save_packed(
     """Return the path of a file holding ``module``'s Linear / convolution weights as :func:`bits_per_weight` counts them.
 
     Per layer: the kept stored values (integer codes bit-packed at their width, or float32 / float16
-    values), the cheaper sparse index (bitmask or relative indices), the float32 scales, and the float32
+    values), the cheaper sparse index (bitmask or relative indices with filler codes), the float32 scales, and the float32
     bias; a JSON header says how to read them. Weight data is the count of :func:`size_report` rounded up
     to whole bytes per section. :func:`load_packed` gives back dense weights (B-vectors expanded, n-bit
     codes dequantized). Other state (normalisation layers, ...) is not stored; ``torch.ao`` quantized
@@ -234,7 +244,7 @@ def save_packed(
             entry, data = _encode_layer(LayerStorage(**fields), layer)
             entries.append(entry)
             sections.extend(data)
-    header = json.dumps({"format": 1, "layers": entries}, separators=(",", ":")).encode()
+    header = json.dumps({"format": PACKED_FORMAT, "layers": entries}, separators=(",", ":")).encode()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
@@ -267,18 +277,32 @@ def expand_block_circulant(vectors: Tensor) -> Tensor:
     return blocks.permute(order).reshape(p * b, q * b, *vectors.shape[3:])
 
 
-def _decode_layer(entry: dict, sections: list[bytes]) -> tuple[Tensor, Tensor | None]:
+def _decode_keep(entry: dict, index: bytes, file_format: int) -> Tensor:
+    """Return the flat bool mask of the kept stored values that a layer's index section encodes."""
+    numel, kept, width = math.prod(entry["stored_shape"]), entry["stored"], entry["index_width"]
+    if entry["index_format"] == "bitmask":
+        return torch.from_numpy(np.unpackbits(np.frombuffer(index, np.uint8), bitorder="little")[:numel] != 0)
+    if entry["index_format"] != "relative":
+        return torch.ones(numel, dtype=torch.bool)
+    keep = torch.zeros(numel, dtype=torch.bool)
+    if file_format == 1:  # gap - 1 in a width that holds every gap
+        positions = torch.from_numpy(np.cumsum(_unpack_bits(index, width, kept) + 1) - 1)
+    else:
+        codes = torch.from_numpy(_unpack_bits(index, width, kept + entry["index_fillers"]))
+        positions = relative_index_positions(codes, width)
+    if positions.numel() != kept or (kept and (positions[-1] >= numel or positions[0] < 0)):
+        raise ValueError(
+            f"the index of layer {entry['name']!r} does not decode to {kept} positions in {numel}"
+        )
+    keep[positions] = True
+    return keep
+
+
+def _decode_layer(entry: dict, sections: list[bytes], file_format: int) -> tuple[Tensor, Tensor | None]:
     index, data, scales, bias = sections
     shape, kept = entry["stored_shape"], entry["stored"]
     numel = math.prod(shape)
-    if entry["index_format"] == "bitmask":
-        keep = torch.from_numpy(np.unpackbits(np.frombuffer(index, np.uint8), bitorder="little")[:numel] != 0)
-    elif entry["index_format"] == "relative":
-        positions = np.cumsum(_unpack_bits(index, entry["index_width"], kept) + 1) - 1
-        keep = torch.zeros(numel, dtype=torch.bool)
-        keep[torch.from_numpy(positions)] = True
-    else:
-        keep = torch.ones(numel, dtype=torch.bool)
+    keep = _decode_keep(entry, index, file_format)
     values = torch.zeros(numel)
     if entry["integer"]:
         qmin, _ = integer_range(entry["value_bits"], symmetric=True)
@@ -306,12 +330,18 @@ def load_packed(path: str | os.PathLike) -> dict[str, Tensor]:
     strict=False)`` (only the Linear / convolution tensors are in the file).
     """
     header = packed_header(path)
+    if header.get("format") not in (1, PACKED_FORMAT):
+        raise ValueError(
+            f"{path} has packed format {header.get('format')!r}; this rlq reads 1 and {PACKED_FORMAT}"
+        )
     state: dict[str, Tensor] = {}
     with open(path, "rb") as f:
         f.seek(header["header_bytes"])
         for entry in header["layers"]:
             sections = [f.read(n) for n in entry["bytes"]]
-            weight, bias = _decode_layer(entry, sections)
+            if [len(x) for x in sections] != entry["bytes"]:
+                raise ValueError(f"{path} is truncated: layer {entry['name']!r} lacks data")
+            weight, bias = _decode_layer(entry, sections, header["format"])
             prefix = f"{entry['name']}." if entry["name"] else ""
             state[prefix + "weight"] = weight
             if bias is not None:
