@@ -390,6 +390,29 @@ def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
         train_compressed("gst", "TD3", env_id, 400, **{**kwargs, "gst": gst_settings(total=400, s_shift=0.9)})
 
 
+def test_a_run_saved_before_the_trend_guard_existed_resumes_with_the_guard_off(tmp_path):
+    """States saved before trend_ratio / trend_window existed lack them: they resume at their defaults only."""
+    import json
+
+    env_id, hyper = tiny("TD3")
+    kwargs = dict(
+        hyperparams=hyper, run_dir=tmp_path, checkpoint_every=100, gst=gst_settings(total=300), log_every=25
+    )
+    train_compressed("gst", "TD3", env_id, 200, **kwargs)
+    path = tmp_path / "checkpoints" / "state_200_steps.json"
+    state = json.loads(path.read_text())
+    extra = state["callbacks"]["gst"]["extra"]
+    for config in (extra["config"]["sparsity"], extra["schedule"]["controller"]["config"]):
+        del config["trend_ratio"], config["trend_window"]  # what the older rlq wrote
+    path.write_text(json.dumps(state))
+    guarded = gst_settings(total=300)
+    guarded["sparsity"] = {**guarded["sparsity"], "trend_ratio": 0.5}
+    with pytest.raises(ValueError, match="another configuration"):
+        train_compressed("gst", "TD3", env_id, 300, **{**kwargs, "gst": guarded})
+    resumed = train_compressed("gst", "TD3", env_id, 300, **kwargs)
+    assert resumed.resumed_from == 200 and resumed.model.num_timesteps == 300
+
+
 def test_bad_input_is_rejected_with_clear_errors():
     with pytest.raises(ValueError, match="unknown GST setting"):
         GSTCallback(block_size=4)

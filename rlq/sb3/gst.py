@@ -23,7 +23,7 @@ compression"). Without QAT nothing here changes.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import MISSING, asdict, fields
 from typing import Any
 
 from rlq.compress import CompressionReport, GSTAction, GSTConfig, GSTSchedule, RewardAwareConfig
@@ -183,7 +183,11 @@ class GSTCallback(CompressionCallback):
             self._pending_schedule = state
             return
         saved = state.get("config")
-        if saved is not None and self.config is not None and saved != _config_dict(self.config):
+        if (
+            saved is not None
+            and self.config is not None
+            and not _same_config(saved, _config_dict(self.config))
+        ):
             raise ValueError(
                 "the saved GST state was made with another configuration; resume with the same settings.\n"
                 f"saved:   {saved}\ncurrent: {_config_dict(self.config)}"
@@ -194,3 +198,35 @@ class GSTCallback(CompressionCallback):
 
 def _config_dict(config: GSTConfig) -> dict[str, Any]:
     return json.loads(json.dumps(json_safe(asdict(config))))
+
+
+def _defaults() -> dict[str, Any]:
+    """Return the JSON form of every GSTConfig (and nested RewardAwareConfig) field that has a default."""
+    reward = {f.name: f.default for f in fields(RewardAwareConfig) if f.default is not MISSING}
+    top = {f.name: f.default for f in fields(GSTConfig) if f.default is not MISSING}
+    return json.loads(json.dumps(json_safe(top | {"sparsity": reward})))
+
+
+def _same_config(saved: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Return whether a saved config matches ``current``, a field the save predates counting as its default.
+
+    A state saved before a setting existed (the trend guard's ``trend_ratio``, ``trend_window``) resumes when
+    that setting is at its default, which reproduces the behaviour it was saved under.
+    """
+    defaults = _defaults()
+
+    def same(old: dict[str, Any], new: dict[str, Any], default: dict[str, Any]) -> bool:
+        for key in old.keys() | new.keys():
+            if key not in new:
+                return False
+            if key not in old:
+                if key not in default or default[key] != new[key]:
+                    return False
+            elif isinstance(old[key], dict) and isinstance(new[key], dict):
+                if not same(old[key], new[key], default.get(key, {})):
+                    return False
+            elif old[key] != new[key]:
+                return False
+        return True
+
+    return same(saved, current, defaults)
