@@ -149,6 +149,11 @@ def test_the_largest_finished_preset_wins(tmp_path):
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
     row = table[table.metric == "int8_reward_drop"].iloc[0]
     assert row.preset == "medium" and row.verdict == "holds"
+    _run(parent, "quarl_ptq", "long", "ok", bad)  # a longer budget than medium's is judged instead
+    _run(parent, "quarl_ptq", "ablation_x", "ok", good, finished="20261202T000000Z")
+    table = claims_table(collect_runs(parent, tmp_path / "no_results"))
+    row = table[table.metric == "int8_reward_drop"].iloc[0]
+    assert row.preset == "long" and row.verdict == "does not hold"
 
 
 def test_runs_table_keeps_the_training_time_of_a_reanalysed_run(report, tmp_path):

@@ -27,7 +27,9 @@ from rlq.experiments.runs import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_
 from rlq.experiments.sweeps import sweep_points
 from rlq.faces.report_text import Paths, interval, paper_text
 
-PRESET_RANK = {"paper": 3, "medium": 2, "quick": 1}
+PRESET_RANK = {"paper": 3, "long": 2.5, "medium": 2, "quick": 1}
+"""A claim is judged on its largest finished preset: ``long`` (a preset some experiments add, between their
+``medium`` and ``paper`` budgets) beats ``medium``; a variant's name (an ablation) ranks below every preset."""
 NOT_MEASURED = "not measured"
 
 FREE_KEYS = frozenset(
