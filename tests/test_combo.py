@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -26,6 +27,7 @@ from rlq.experiments.combo import (
     pareto_front,
     train_and_deploy,
     trainings_for,
+    zoo_td3_settings,
 )
 from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network
@@ -170,19 +172,27 @@ def test_pareto_front_on_a_hand_made_table():
 
 
 def test_summary_and_best_method_within_dense_interval():
+    """Pendulum-v1 is solved at -200 (rlq's stated threshold); Humanoid-v5 has none, so solved is NaN."""
     rows = pd.DataFrame(
         [
-            dict(env_id="E", seed=s, method=m, eval_return=r + s, bits_per_weight=b, packed_bytes=1.0,
+            dict(env_id=env, seed=s, method=m, eval_return=r + s, bits_per_weight=b, packed_bytes=1.0,
                  latency_us=10.0, latency_ratio=1.0)
+            for env in ("Pendulum-v1", "Humanoid-v5")
             for s in range(3)
-            for m, r, b in [("dense", 100, 32.0), ("gst_qat", 100, 1.2), ("pruning_qat", 20, 0.9), ("gst", 101, 9.0)]
+            for m, r, b in [("dense", -150, 32.0), ("gst_qat", -150, 1.2), ("pruning_qat", -230, 0.9),
+                            ("gst", -149, 9.0), ("pruning_ptq_int8", -201, 2.0)]
         ]
     )  # fmt: skip
     summary = method_summary(rows, reps=200)
-    assert list(summary["method"]) == ["dense", "gst", "gst_qat", "pruning_qat"]  # METHODS order
-    within = dict(zip(summary["method"], summary["within_dense_interval"], strict=True))
-    assert within == {"dense": True, "gst": True, "gst_qat": True, "pruning_qat": False}
-    best = best_within_dense(summary, "E")
+    pendulum = summary[summary["env_id"] == "Pendulum-v1"]
+    assert list(pendulum["method"]) == ["dense", "pruning_ptq_int8", "gst", "gst_qat", "pruning_qat"]  # METHODS order
+    within = dict(zip(pendulum["method"], pendulum["within_dense_interval"], strict=True))
+    assert within == {"dense": True, "pruning_ptq_int8": False, "gst": True, "gst_qat": True, "pruning_qat": False}
+    # returns -201, -200, -199: two of three seeds reach -200
+    solved = dict(zip(pendulum["method"], pendulum["solved"], strict=True))
+    assert solved == {"dense": 3, "pruning_ptq_int8": 2, "gst": 3, "gst_qat": 3, "pruning_qat": 0}
+    assert summary.loc[summary["env_id"] == "Humanoid-v5", "solved"].isna().all()
+    best = best_within_dense(summary, "Pendulum-v1")
     assert best["method"] == "gst_qat" and best["compression_factor"] == pytest.approx(32 / 1.2)
 
 
@@ -198,10 +208,10 @@ def test_five_trainings_give_the_seven_methods(tmp_path):
 
 
 def test_a_task_with_its_own_budget_gets_that_budget_s_arguments(tmp_path):
-    """env_timesteps: the task's jobs train for its budget, with budget_args(budget) and a delay scaled to it."""
+    """env_timesteps: the task's jobs train for its budget, with budget_args(task, budget) and a delay scaled to it."""
 
-    def budget_args(steps):
-        return {"hyperparams": {"buffer_size": steps}, "gst": {"steps": steps}, "pruning": {}}
+    def budget_args(env_id, steps):
+        return {"hyperparams": {"buffer_size": steps, "task": env_id}, "gst": {"steps": steps}, "pruning": {}}
 
     jobs = combo_jobs(tmp_path, env_ids=["Pendulum-v1", "InvertedPendulum-v5"], methods=["dense", "gst"], seeds=[0],
                       total_timesteps=100, env_timesteps={"InvertedPendulum-v5": 40}, budget_args=budget_args)  # fmt: skip
@@ -210,12 +220,34 @@ def test_a_task_with_its_own_budget_gets_that_budget_s_arguments(tmp_path):
     assert budgets == {("Pendulum-v1", "dense"): (100, 100, 50), ("Pendulum-v1", "gst"): (100, 100, 50),
                        ("InvertedPendulum-v5", "dense"): (40, 40, 20), ("InvertedPendulum-v5", "gst"): (40, 40, 20)}  # fmt: skip
     assert [j["gst"]["steps"] for j in jobs if j["training"] == "gst"] == [100, 40]
+    assert all(j["hyperparams"]["task"] == j["env_id"] for j in jobs)
     with pytest.raises(ValueError, match="not in env_ids"):
         combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
                    env_timesteps={"Hopper-v5": 10}, budget_args=budget_args)  # fmt: skip
     with pytest.raises(ValueError, match="needs budget_args"):
         combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
                    env_timesteps={"Pendulum-v1": 10})  # fmt: skip
+
+
+def test_zoo_settings_are_read_from_the_installed_rl_zoo3():
+    """Pendulum-v1's TD3 entry of rl_zoo3's td3.yml, read from the file itself, as a combo job takes it."""
+    import yaml
+
+    from rlq.rl.zoo import ZooSettingError, zoo_file
+
+    raw = yaml.safe_load(zoo_file("TD3").read_text())["Pendulum-v1"]
+    steps, hyperparams = zoo_td3_settings("Pendulum-v1")
+    assert steps == int(raw["n_timesteps"])
+    assert hyperparams["action_noise_std"] == raw["noise_std"] and raw["noise_type"] == "normal"
+    assert (hyperparams["gamma"], hyperparams["learning_rate"]) == (raw["gamma"], raw["learning_rate"])
+    assert hyperparams["learning_starts"] == raw["learning_starts"]
+    assert hyperparams["buffer_size"] == min(raw["buffer_size"], steps)
+    assert hyperparams["policy_kwargs"] == {"net_arch": [400, 300]}
+    json.dumps(hyperparams)  # a run folder records them as JSON
+    with pytest.raises(ZooSettingError, match="ornstein-uhlenbeck|OrnsteinUhlenbeck"):
+        zoo_td3_settings("MountainCarContinuous-v0")  # the zoo explores with OU noise there
+    with pytest.raises(ZooSettingError):
+        zoo_td3_settings("Humanoid-v5")  # no TD3 entry in the zoo
 
 
 def test_latency_measured_after_training_from_the_deployed_files(agents, tmp_path):

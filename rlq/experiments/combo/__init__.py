@@ -21,6 +21,7 @@ from rlq.experiments.combo.jobs import (
     measure_latencies,
     train_all,
     train_and_deploy,
+    zoo_td3_settings,
 )
 from rlq.experiments.combo.methods import (
     DERIVED,
@@ -79,4 +80,5 @@ __all__ = [
     "train_and_deploy",
     "trainings_for",
     "with_fronts",
+    "zoo_td3_settings",
 ]

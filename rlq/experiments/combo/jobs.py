@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -127,16 +128,16 @@ def combo_jobs(
     total_timesteps: int,
     qat_delay_fraction: float = 0.5,
     env_timesteps: dict[str, int] | None = None,
-    budget_args: Callable[[int], dict[str, Any]] | None = None,
+    budget_args: Callable[[str, int], dict[str, Any]] | None = None,
     **job: Any,
 ) -> list[dict[str, Any]]:
     """Return one :func:`train_and_deploy` job per task, seed and needed training (in that nesting).
 
     ``job`` holds the arguments every job shares (``hyperparams``, ``gst``, ``pruning``, ``qat_bits``,
     ``eval_episodes``, ...). QAT switches on after ``qat_delay_fraction`` of the steps (QuaRL's recipe: half).
-    ``env_timesteps`` gives some tasks their own budget instead of ``total_timesteps``; ``budget_args(steps)``
-    returns the job arguments that depend on a budget (``hyperparams`` with its replay buffer, the ``gst`` and
-    ``pruning`` schedules), and is called for every task's budget, overriding ``job``'s.
+    ``env_timesteps`` gives some tasks their own budget instead of ``total_timesteps``; ``budget_args(env_id,
+    steps)`` returns the job arguments that depend on the task and its budget (``hyperparams`` with its replay
+    buffer, the ``gst`` and ``pruning`` schedules), and is called for every task, overriding ``job``'s.
     """
     if not 0 <= qat_delay_fraction < 1:
         raise ValueError(f"qat_delay_fraction must be in [0, 1), got {qat_delay_fraction}")
@@ -152,7 +153,7 @@ def combo_jobs(
     jobs = []
     for env_id in env_ids:
         steps = check_positive_int(f"env_timesteps[{env_id!r}]", env_timesteps.get(env_id, total_timesteps))
-        per_env = job | (budget_args(steps) if budget_args is not None else {})
+        per_env = job | (budget_args(env_id, steps) if budget_args is not None else {})
         for seed in seeds:
             for training in trainings_for(methods):
                 # the derived methods are part of the key: a stored result never stands in for other methods
@@ -164,6 +165,36 @@ def combo_jobs(
                     qat_delay_steps=int(qat_delay_fraction * steps), **per_env,
                 ))  # fmt: skip
     return jobs
+
+
+def zoo_td3_settings(env_id: str) -> tuple[int, dict[str, Any]]:
+    """Return rl-zoo3's TD3 budget and hyperparameters for ``env_id``, as :func:`train_and_deploy` takes them.
+
+    Read from the installed ``rl_zoo3``'s ``td3.yml`` (:func:`rlq.rl.zoo.zoo_hyperparams`). The zoo's Gaussian
+    exploration noise becomes ``action_noise_std`` (so the settings stay JSON, as a run folder records them);
+    the replay buffer is capped at the budget, which it never outgrows. Raises
+    :class:`rlq.rl.zoo.ZooSettingError` for a task the zoo does not tune TD3 on, or for settings a combo job
+    cannot take (parallel environments, non-Gaussian noise).
+    """
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    from rlq.rl.zoo import ZooSettingError, zoo_hyperparams
+
+    settings = zoo_hyperparams("TD3", env_id)
+    if settings.n_envs != 1 or settings.policy != "MlpPolicy":
+        raise ZooSettingError(
+            f"{settings.source} trains {settings.n_envs} environments with {settings.policy}; "
+            "combo jobs train one environment with an MlpPolicy"
+        )
+    hyperparams = dict(settings.hyperparams)
+    noise = hyperparams.pop("action_noise", None)
+    if noise is not None:
+        sigma = np.asarray(noise._sigma, dtype=float)
+        if not isinstance(noise, NormalActionNoise) or np.any(noise._mu != 0) or np.ptp(sigma) > 0:
+            raise ZooSettingError(f"{settings.source} explores with {noise}; combo jobs take Gaussian noise only")
+        hyperparams["action_noise_std"] = float(sigma.flat[0])
+    hyperparams["buffer_size"] = min(int(hyperparams.get("buffer_size", 1_000_000)), settings.n_timesteps)
+    return settings.n_timesteps, hyperparams
 
 
 def job_folder(out: str | Path, env_id: str, training: str, seed: int) -> Path:

@@ -28,10 +28,15 @@ def method_summary(rows: pd.DataFrame, qat_bits: int = 4, reps: int = 2000) -> p
     Columns: ``env_id``, ``method``, ``label``, ``return_iqm``, ``return_lower``, ``return_upper``, ``n`` (seeds),
     ``bits_per_weight`` (mean over seeds), ``compression_factor`` (32 / that), ``packed_bytes`` (mean),
     ``latency_us`` and ``latency_ratio`` (mean over seeds of each seed's ratio to dense fp32 measured beside it),
-    ``within_dense_interval`` (return IQM at or above the lower end of dense's interval; NaN without dense).
+    ``within_dense_interval`` (return IQM at or above the lower end of dense's interval; NaN without dense),
+    ``solved`` (seeds whose deployed return reaches the task's solved threshold,
+    :func:`rlq.experiments.quarl.evaluation.solved_threshold`; NaN for a task without one).
     """
+    from rlq.experiments.quarl.evaluation import solved_threshold
+
     out = []
     for env_id, env_rows in rows.groupby("env_id", sort=False):
+        threshold, _ = solved_threshold(str(env_id))
         for method in [m for m in METHODS if m in set(env_rows["method"])]:
             group = env_rows[env_rows["method"] == method]
             est = stats.estimate(group["eval_return"].to_numpy(dtype=float), reps=reps)
@@ -41,6 +46,7 @@ def method_summary(rows: pd.DataFrame, qat_bits: int = 4, reps: int = 2000) -> p
                 return_lower=est.lower, return_upper=est.upper, n=est.n, bits_per_weight=bits,
                 compression_factor=DENSE_BITS / bits, packed_bytes=float(group["packed_bytes"].mean()),
                 latency_us=float(group["latency_us"].mean()), latency_ratio=float(group["latency_ratio"].mean()),
+                solved=np.nan if threshold is None else int((group["eval_return"] >= threshold).sum()),
             ))  # fmt: skip
     table = pd.DataFrame(out)
     if table.empty:
@@ -142,6 +148,8 @@ def combo_numbers(summary: pd.DataFrame, trainings: pd.DataFrame) -> dict[str, A
                 zip(table["method"], table["bits_per_weight"].astype(float), strict=True)
             ),
             "latency_ratio": dict(zip(table["method"], table["latency_ratio"].astype(float), strict=True)),
+            "solved_seeds": {m: (None if np.isnan(v) else int(v)) for m, v in
+                             zip(table["method"], table["solved"].astype(float), strict=True)},  # fmt: skip
             "pareto_bits": table.loc[table["pareto_bits"], "method"].tolist(),
             "pareto_latency": table.loc[table["pareto_latency"], "method"].tolist(),
             "best_method": None if best is None else str(best["method"]),
