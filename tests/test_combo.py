@@ -185,9 +185,21 @@ def test_summary_and_best_method_within_dense_interval():
     )  # fmt: skip
     summary = method_summary(rows, reps=200)
     pendulum = summary[summary["env_id"] == "Pendulum-v1"]
-    assert list(pendulum["method"]) == ["dense", "pruning_ptq_int8", "gst", "gst_qat", "pruning_qat"]  # METHODS order
+    assert list(pendulum["method"]) == [
+        "dense",
+        "pruning_ptq_int8",
+        "gst",
+        "gst_qat",
+        "pruning_qat",
+    ]  # METHODS order
     within = dict(zip(pendulum["method"], pendulum["within_dense_interval"], strict=True))
-    assert within == {"dense": True, "pruning_ptq_int8": False, "gst": True, "gst_qat": True, "pruning_qat": False}
+    assert within == {
+        "dense": True,
+        "pruning_ptq_int8": False,
+        "gst": True,
+        "gst_qat": True,
+        "pruning_qat": False,
+    }
     # returns -201, -200, -199: two of three seeds reach -200
     solved = dict(zip(pendulum["method"], pendulum["solved"], strict=True))
     assert solved == {"dense": 3, "pruning_ptq_int8": 2, "gst": 3, "gst_qat": 3, "pruning_qat": 0}

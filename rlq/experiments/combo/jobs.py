@@ -191,7 +191,9 @@ def zoo_td3_settings(env_id: str) -> tuple[int, dict[str, Any]]:
     if noise is not None:
         sigma = np.asarray(noise._sigma, dtype=float)
         if not isinstance(noise, NormalActionNoise) or np.any(noise._mu != 0) or np.ptp(sigma) > 0:
-            raise ZooSettingError(f"{settings.source} explores with {noise}; combo jobs take Gaussian noise only")
+            raise ZooSettingError(
+                f"{settings.source} explores with {noise}; combo jobs take Gaussian noise only"
+            )
         hyperparams["action_noise_std"] = float(sigma.flat[0])
     hyperparams["buffer_size"] = min(int(hyperparams.get("buffer_size", 1_000_000)), settings.n_timesteps)
     return settings.n_timesteps, hyperparams

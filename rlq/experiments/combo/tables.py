@@ -148,8 +148,10 @@ def combo_numbers(summary: pd.DataFrame, trainings: pd.DataFrame) -> dict[str, A
                 zip(table["method"], table["bits_per_weight"].astype(float), strict=True)
             ),
             "latency_ratio": dict(zip(table["method"], table["latency_ratio"].astype(float), strict=True)),
-            "solved_seeds": {m: (None if np.isnan(v) else int(v)) for m, v in
-                             zip(table["method"], table["solved"].astype(float), strict=True)},  # fmt: skip
+            "solved_seeds": {
+                m: (None if np.isnan(v) else int(v))
+                for m, v in zip(table["method"], table["solved"].astype(float), strict=True)
+            },  # fmt: skip
             "pareto_bits": table.loc[table["pareto_bits"], "method"].tolist(),
             "pareto_latency": table.loc[table["pareto_latency"], "method"].tolist(),
             "best_method": None if best is None else str(best["method"]),
