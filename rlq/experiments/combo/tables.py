@@ -151,7 +151,7 @@ def combo_numbers(summary: pd.DataFrame, trainings: pd.DataFrame) -> dict[str, A
             "solved_seeds": {
                 m: (None if np.isnan(v) else int(v))
                 for m, v in zip(table["method"], table["solved"].astype(float), strict=True)
-            },  # fmt: skip
+            },
             "pareto_bits": table.loc[table["pareto_bits"], "method"].tolist(),
             "pareto_latency": table.loc[table["pareto_latency"], "method"].tolist(),
             "best_method": None if best is None else str(best["method"]),
