@@ -166,13 +166,23 @@ def relative_index_positions(codes: Tensor, width: int) -> Tensor:
     return (torch.cumsum(steps, 0) - 1)[codes != filler]
 
 
+def _cheaper_index(mask: Tensor) -> tuple[str, int, int, int]:
+    """Return ``(format, relative index width, fillers at that width, bits)`` of the cheaper sparse index."""
+    width, fillers, relative = relative_index_cost(mask)
+    if width == 0:
+        return "relative", 0, 0, 0
+    bitmask = mask.numel()
+    return (
+        ("bitmask", width, fillers, bitmask)
+        if bitmask <= relative
+        else ("relative", width, fillers, relative)
+    )
+
+
 def index_bits(mask: Tensor) -> tuple[str, int, int]:
     """Return ``(format, relative index width, bits)`` of the cheaper sparse index of ``mask``."""
-    width, _, relative = relative_index_cost(mask)
-    if width == 0:
-        return "relative", 0, 0
-    bitmask = mask.numel()
-    return ("bitmask", width, bitmask) if bitmask <= relative else ("relative", width, relative)
+    index_format, width, _, bits = _cheaper_index(mask)
+    return index_format, width, bits
 
 
 def stored_values(layer: nn.Module) -> tuple[Tensor, Tensor | None, bool]:
@@ -272,8 +282,7 @@ def layer_storage(
         name, layer, stored, circulant, _override_for(name, bits), per_channel
     )
     kept = stored.numel() if mask is None else int(mask.count_nonzero())
-    index_format, width, idx_bits = (None, None, 0) if mask is None else index_bits(mask)
-    fillers = None if mask is None else relative_index_cost(mask)[1]
+    index_format, width, fillers, idx_bits = (None, None, None, 0) if mask is None else _cheaper_index(mask)
     kinds = (["block_circulant"] if circulant else []) + (["pruned"] if mask is not None else [])
     kind = "+".join(kinds) or "dense"
     scale_bits = scales * SCALE_BITS
