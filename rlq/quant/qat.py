@@ -18,7 +18,7 @@ from torch.nn.utils import parametrize
 from rlq.core.parametrizations import remove_parametrizations_
 from rlq.quant.activations import attach_input_quantizers, input_quantizers
 from rlq.quant.layers import output_channel_axis, quantizable_layers, weight_name
-from rlq.quant.tensor import check_bits, fake_quantize_ste, integer_range, quantization_params
+from rlq.quant.tensor import check_bits, fake_quantize_symmetric, straight_through
 
 
 class WeightFakeQuant(nn.Module):
@@ -44,10 +44,8 @@ class WeightFakeQuant(nn.Module):
         if not self.enabled:
             return weight
         what = "a QAT weight" if self.layer_name is None else f"{weight_name(self.layer_name)} in QAT"
-        scale, _ = quantization_params(weight, self.bits, self.axis, symmetric=True, what=what)
-        qmin, qmax = integer_range(self.bits, symmetric=True)
-        # zero point None: symmetric, so the zero point's (no-op) addition and subtraction are skipped
-        return fake_quantize_ste(weight, scale, None, qmin, qmax, clipped=False)
+        # the scale follows the weight, so nothing is clipped: the gradient is the identity
+        return straight_through(weight, fake_quantize_symmetric(weight, self.bits, self.axis, what=what))
 
     def extra_repr(self) -> str:
         return f"bits={self.bits}, axis={self.axis}, enabled={self.enabled}"

@@ -31,10 +31,20 @@ simulated, weights only. ``sim8`` is the simulated, weights-only 8-bit point, ma
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+try:  # built by setup.py where a C compiler is present; optional
+    from rlq.quant import _fake_quant_kernels
+except ImportError:  # pragma: no cover - depends on the install
+    _fake_quant_kernels = None
+
+USE_KERNELS = os.environ.get("RLQ_QUANT_KERNELS", "1") != "0"
+"""Whether :func:`fake_quantize_symmetric` uses the compiled kernel when it is built (``RLQ_QUANT_KERNELS=0``
+to compare: ``benchmarks/bench_gst_throughput.py`` times both)."""
 
 MIN_BITS = 2
 MAX_BITS = 16
@@ -296,6 +306,57 @@ def fake_quantize_ste(
         else:
             out.copy_(_straight_through_values_(torch.empty_like(x), x, scale, zero_point, qmin, qmax))
     return out
+
+
+def kernels_available() -> bool:
+    """Return whether the compiled fake-quantization kernel was built with this install of rlq."""
+    return _fake_quant_kernels is not None
+
+
+def _kernel_rows(x: Tensor, per_channel_axis: int | None) -> int | None:
+    """Return how many rows the compiled kernel cuts ``x`` into (one scale each), or None if it does not take ``x``.
+
+    It takes a contiguous float32 CPU tensor quantized per tensor (one row) or per slice of its first axis.
+    """
+    if not (
+        USE_KERNELS
+        and _fake_quant_kernels is not None
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and type(x) in (Tensor, torch.nn.Parameter)
+        and x.numel() > 0
+        and x.is_contiguous()
+    ):
+        return None
+    if per_channel_axis is None:
+        return 1
+    if x.dim() >= 1 and per_channel_axis in (0, -x.dim()):
+        return x.shape[0]
+    return None
+
+
+def fake_quantize_symmetric(
+    t: Tensor, bits: int, per_channel_axis: int | None = None, *, what: str = "the tensor"
+) -> Tensor:
+    """Return the symmetric ``bits``-bit fake-quantized values of ``t`` (no gradient), -0.0 given as +0.0.
+
+    The values of ``fake_quantize_ste(t, scale, None, qmin, qmax)`` with the scale of
+    :func:`quantization_params` (what QAT's weight quantizer computes), bit for bit: by the compiled kernel
+    of ``rlq/quant/_fake_quant_kernels.c`` (one call per tensor) where it applies, else by PyTorch ops.
+    Raises a ``ValueError`` naming ``t`` as ``what`` if it holds NaN or inf.
+    """
+    qmin, qmax = integer_range(bits, symmetric=True)
+    x = t.detach()
+    rows = _kernel_rows(x, per_channel_axis)
+    if rows is not None:
+        out = torch.empty_like(x)
+        if not _fake_quant_kernels.fake_quant_rows_f32(
+            x.data_ptr(), out.data_ptr(), rows, x.numel() // rows, qmax
+        ):
+            raise non_finite_error(t, what)
+        return out
+    scale, _ = quantization_params(x, bits, per_channel_axis, symmetric=True, what=what)
+    return fake_quantize_ste(x, scale, None, qmin, qmax, clipped=False)
 
 
 class _StraightThrough(torch.autograd.Function):
