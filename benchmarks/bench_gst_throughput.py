@@ -11,11 +11,14 @@ method alike. Methods:
 - ``gst``: :class:`rlq.sb3.gst.GSTCallback` held in its block-circulant phase (B=4 on the 400x300 layers
   of actor, critics and targets): forwards use the dense expansion of the B-vectors, recomputed whenever
   they changed (:class:`rlq.compress.circulant.ExpansionCache`). GST's most expensive phase.
+- ``gst_torch``: ``gst`` with rlq's compiled kernels switched off (:func:`use_kernels`): expansion and
+  gradient sums by PyTorch ops, as when rlq is installed without a C compiler.
 - ``gst_pruned``: GST after its hand-over (dense weights, 75% masked), the phase GST ends in.
 - ``gst_qat``: ``gst`` plus :class:`rlq.sb3.qat.QATCallback` (4 bits, ``delay_steps=0``) in the same
   ``learn``: every weight of every network fake-quantized on top of the compression, once per value it
   takes (:class:`rlq.sb3.qat.MemoizedWeightFakeQuant`; no conversion between rounds, which are one
   training run cut into pieces).
+- ``gst_qat_torch``: ``gst_qat`` with the compiled kernels switched off (fake quantization by PyTorch ops too).
 - ``gst_qat_actor``: as ``gst_qat`` with ``QATCallback(networks="action_path")``: only the actor and its
   target (what is deployed) are fake-quantized; the twin critics and their targets train in float.
 - ``pruning``: :class:`rlq.sb3.pruning.GradualPruningCallback` with its final 90% masks applied from the
@@ -41,6 +44,8 @@ import time
 import numpy as np
 import torch
 
+from rlq.compress import circulant
+from rlq.quant import tensor as quant_tensor
 from rlq.rl.agents import make_model
 from rlq.sb3.compression import CompressionCallback
 from rlq.sb3.gst import GSTCallback
@@ -49,8 +54,15 @@ from rlq.sb3.qat import QATCallback
 
 ENV_ID = "HalfCheetah-v5"
 HUGE = 10**9  # a schedule this long never leaves its first phase during the benchmark
-METHODS = ("plain", "gst", "gst_pruned", "gst_qat", "gst_qat_actor", "pruning")
-MAX_SLOWDOWN = {"gst": 0.10, "gst_pruned": 0.10, "gst_qat": 0.15, "gst_qat_actor": 0.15}
+METHODS = ("plain", "gst", "gst_torch", "gst_pruned", "gst_qat", "gst_qat_torch", "gst_qat_actor", "pruning")
+MAX_SLOWDOWN = {
+    "gst": 0.10,
+    "gst_torch": 0.10,
+    "gst_pruned": 0.10,
+    "gst_qat": 0.15,
+    "gst_qat_torch": 0.15,
+    "gst_qat_actor": 0.15,
+}
 """Issue 16's targets: at most this fraction slower than plain TD3 (a paired ratio of at least 1 - it)."""
 
 
@@ -58,12 +70,12 @@ def callback_for(method: str, learning_starts: int):
     """Return the callback (or list of callbacks) timed for ``method`` (None for plain TD3)."""
     if method == "plain":
         return None
-    if method in ("gst_qat", "gst_qat_actor"):
+    if method in ("gst_qat", "gst_qat_torch", "gst_qat_actor"):
         # converting at the end of each round's learn would end QAT after the first round
         networks = "action_path" if method == "gst_qat_actor" else "all"
         qat = QATCallback(4, delay_steps=0, convert_at_end=False, networks=networks)
         return [qat, callback_for("gst", learning_starts)]
-    if method == "gst":
+    if method in ("gst", "gst_torch"):
         return GSTCallback(
             total_steps=HUGE, block_schedule=((0.0, 4),), bc_end=1.0, s_shift=1.0, log_every=HUGE
         )
@@ -77,6 +89,12 @@ def callback_for(method: str, learning_starts: int):
             0.9, start_fraction=0.0, end_fraction=0.0, total_steps=HUGE, log_every=HUGE
         )
     raise ValueError(method)
+
+
+def use_kernels(on: bool) -> None:
+    """Switch rlq's compiled kernels (block-circulant expansion and gradient, fake quantization) on or off."""
+    circulant.USE_KERNELS = on
+    quant_tensor.USE_KERNELS = on
 
 
 def paired_ratios(plain: list[float], times: list[float]) -> np.ndarray:
@@ -117,6 +135,8 @@ def main() -> None:
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         parser.error(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
+    if not (circulant.kernels_available() and quant_tensor.kernels_available()):
+        print("rlq was installed without its compiled kernels: the *_torch methods time the same code")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"TD3 on {ENV_ID}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
@@ -132,6 +152,7 @@ def main() -> None:
             hyperparams={"learning_starts": args.learning_starts, "action_noise_std": 0.1},
         )
         callback = callback_for(method, args.learning_starts)
+        use_kernels(not method.endswith("_torch"))
         model.learn(args.learning_starts + 10, callback=callback)  # fill the buffer, first updates, compress
         runs[method] = (model, callback, [])
         for part in callback if isinstance(callback, list) else [callback]:
@@ -145,6 +166,7 @@ def main() -> None:
         order = methods[round_index % len(methods) :] + methods[: round_index % len(methods)]
         for method in order:
             model, callback, times = runs[method]
+            use_kernels(not method.endswith("_torch"))
             start = time.perf_counter()
             model.learn(chunk, callback=callback, reset_num_timesteps=False)
             times.append(time.perf_counter() - start)
