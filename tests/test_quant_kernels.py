@@ -120,34 +120,3 @@ def test_qat_weight_quantizer_keeps_its_straight_through_gradient(spy):
     assert torch.equal(grad, upstream)  # the scale follows the weight: nothing clipped, the identity
     assert len(spy) == 1
     assert all(row.unique().numel() <= 15 for row in quantized.detach())
-
-
-def test_gst_plus_qat_training_is_bit_for_bit_the_same_with_and_without_kernels(monkeypatch):
-    """TD3 with GST (B = 4) and 4-bit QAT trains to the same weights either way: the kernels only make it faster."""
-    from rlq.compress import circulant
-    from rlq.quant.latency import torch_threads
-    from rlq.rl.agents import make_model
-    from rlq.sb3.gst import GSTCallback
-    from rlq.sb3.qat import QATCallback
-
-    def train(use_kernels: bool) -> dict[str, torch.Tensor]:
-        monkeypatch.setattr(circulant, "USE_KERNELS", use_kernels)
-        monkeypatch.setattr(quant_tensor, "USE_KERNELS", use_kernels)
-        model = make_model(
-            "TD3",
-            "Pendulum-v1",
-            seed=5,
-            hyperparams={"learning_starts": 100, "policy_kwargs": {"net_arch": [64, 64]}},
-        )
-        gst = GSTCallback(total_steps=10**9, block_schedule=((0.0, 4),), bc_end=1.0, log_every=10**9)
-        model.learn(300, callback=[QATCallback(4, delay_steps=150), gst])
-        return {k: v.clone() for k, v in model.policy.state_dict().items()}
-
-    with torch_threads(1):  # a 64-wide network: more threads only wait on each other, badly under load
-        with_kernels, without = train(True), train(False)
-    assert with_kernels.keys() == without.keys()
-    for key in with_kernels:
-        assert torch.equal(with_kernels[key], without[key]), key
-    # converted at the end: the hidden layers' B-vectors hold at most 15 levels per block row
-    vectors = [v for k, v in with_kernels.items() if k.endswith("original") and v.dim() == 3]
-    assert vectors and all(row.unique().numel() <= 15 for v in vectors for row in v)
