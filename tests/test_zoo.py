@@ -64,7 +64,15 @@ def test_td3_pendulum_noise_becomes_an_action_noise_object():
     assert raw["noise_type"] == "normal" and isinstance(noise, NormalActionNoise)
     assert np.allclose(noise._sigma, [raw["noise_std"]]) and noise._sigma.shape == (1,)  # Pendulum: 1 action
     assert "noise_type" not in settings.hyperparams and "noise_std" not in settings.hyperparams
+    assert (settings.noise_type, settings.noise_std) == ("normal", raw["noise_std"])  # the entry's own values
     assert settings.hyperparams["policy_kwargs"] == {"net_arch": [400, 300]}
+
+
+def test_an_entry_without_noise_says_so():
+    raw = zoo_yaml("dqn")["CartPole-v1"]
+    assert "noise_type" not in raw
+    settings = zoo_hyperparams("DQN", "CartPole-v1")
+    assert settings.noise_type is None and settings.noise_std is None
 
 
 def test_the_zoo_s_settings_build_the_sb3_model_they_describe():

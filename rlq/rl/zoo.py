@@ -51,6 +51,10 @@ class LinearSchedule:
         return progress_remaining * self.initial
 
 
+DEFAULT_NOISE_STD = 0.1
+"""rl-zoo3's exploration noise standard deviation when an entry names a ``noise_type`` without ``noise_std``."""
+
+
 @dataclass(frozen=True)
 class ZooSettings:
     """One entry of rl-zoo3's ``hyperparams/<algo>.yml``, as :func:`rlq.rl.agents.train_agent` takes it."""
@@ -70,6 +74,10 @@ class ZooSettings:
     dict, exploration noise as an ``action_noise`` object."""
     source: str = ""
     """The YAML file and entry read, e.g. ``".../rl_zoo3/hyperparams/dqn.yml: CartPole-v1"``."""
+    noise_type: str | None = None
+    """The entry's ``noise_type`` (``"normal"``, ``"ornstein-uhlenbeck"``), None without exploration noise."""
+    noise_std: float | None = None
+    """The noise's standard deviation per action dimension (the zoo's default 0.1 when the entry names a type)."""
 
 
 def zoo_folder() -> Path:
@@ -135,12 +143,22 @@ def zoo_hyperparams(algorithm: str, env_id: str) -> ZooSettings:
     _check_supported(raw, env_id, where)  # drops the zoo-only keys rlq honours already
     n_timesteps, n_envs = int(float(raw.pop("n_timesteps"))), int(raw.pop("n_envs", 1))
     policy = str(raw.pop("policy", "MlpPolicy"))
-    noise = _action_noise(raw.pop("noise_type", None), raw.pop("noise_std", None), env_id, where)
+    noise_type, noise_std = raw.pop("noise_type", None), raw.pop("noise_std", None)
+    noise = _action_noise(noise_type, noise_std, env_id, where)
     hyperparams = {name: _value(name, value, where) for name, value in raw.items()}
     if noise is not None:
         hyperparams["action_noise"] = noise
+        noise_std = float(noise_std if noise_std is not None else DEFAULT_NOISE_STD)
     return ZooSettings(
-        check_algorithm_name(algorithm), env_id, n_timesteps, n_envs, policy, hyperparams, where
+        check_algorithm_name(algorithm),
+        env_id,
+        n_timesteps,
+        n_envs,
+        policy,
+        hyperparams,
+        where,
+        noise_type=noise_type,
+        noise_std=noise_std,
     )
 
 
@@ -189,7 +207,7 @@ def _action_noise(noise_type: str | None, noise_std: float | None, env_id: str, 
     env = make_env(env_id)
     n = int(np.prod(env.action_space.shape))
     env.close()
-    std = float(noise_std if noise_std is not None else 0.1)
+    std = float(noise_std if noise_std is not None else DEFAULT_NOISE_STD)
     if noise_type == "normal":
         return NormalActionNoise(mean=np.zeros(n), sigma=std * np.ones(n))
     if noise_type == "ornstein-uhlenbeck":

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -176,8 +175,6 @@ def zoo_td3_settings(env_id: str) -> tuple[int, dict[str, Any]]:
     :class:`rlq.rl.zoo.ZooSettingError` for a task the zoo does not tune TD3 on, or for settings a combo job
     cannot take (parallel environments, non-Gaussian noise).
     """
-    from stable_baselines3.common.noise import NormalActionNoise
-
     from rlq.rl.zoo import ZooSettingError, zoo_hyperparams
 
     settings = zoo_hyperparams("TD3", env_id)
@@ -187,14 +184,12 @@ def zoo_td3_settings(env_id: str) -> tuple[int, dict[str, Any]]:
             "combo jobs train one environment with an MlpPolicy"
         )
     hyperparams = dict(settings.hyperparams)
-    noise = hyperparams.pop("action_noise", None)
-    if noise is not None:
-        sigma = np.asarray(noise._sigma, dtype=float)
-        if not isinstance(noise, NormalActionNoise) or np.any(noise._mu != 0) or np.ptp(sigma) > 0:
+    if hyperparams.pop("action_noise", None) is not None:
+        if settings.noise_type != "normal":
             raise ZooSettingError(
-                f"{settings.source} explores with {noise}; combo jobs take Gaussian noise only"
+                f"{settings.source} explores with {settings.noise_type} noise; combo jobs take Gaussian noise only"
             )
-        hyperparams["action_noise_std"] = float(sigma.flat[0])
+        hyperparams["action_noise_std"] = settings.noise_std
     hyperparams["buffer_size"] = min(int(hyperparams.get("buffer_size", 1_000_000)), settings.n_timesteps)
     return settings.n_timesteps, hyperparams
 
