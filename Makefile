@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 # torch 2.13.0 (CPU, from local disk) first; then rlq[dev] constrained so nothing swaps torch for a CUDA build.
-$(STAMP): pyproject.toml constraints.txt setup.py rlq/compress/_circulant_kernels.c
+$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard rlq/*/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
