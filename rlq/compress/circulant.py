@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import statistics
 import time
 
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rlq.core.kernels import kernel_readable, kernels_switched_on
 from rlq.core.validation import check_non_negative_int, check_positive_int
 
 
@@ -83,7 +83,7 @@ layouts on CPU. Measured side by side (``benchmarks/bench_circulant_kernels.py``
 B = 4, one thread, the expansion takes 8.4 us against the index map's 41 (4.9x) and the gradient sums 7.6
 against 62 (8.1x); 4-6x and 7-11x for B = 2 and 4 from 256 to 1024 wide, 1.5-2.6x for B = 8. Results are
 bit for bit the same."""
-USE_KERNELS = os.environ.get("RLQ_CIRCULANT_KERNELS", "1") != "0"
+USE_KERNELS = kernels_switched_on("RLQ_CIRCULANT_KERNELS")
 """Whether to use the compiled kernels when they are built (set ``RLQ_CIRCULANT_KERNELS=0`` to compare)."""
 
 
@@ -93,15 +93,12 @@ def kernels_available() -> bool:
 
 
 def _kernel_fits(x: Tensor, block_size: int) -> bool:
-    """Return whether a compiled kernel takes ``x``: float32, CPU, contiguous, 3-dim vectors / 2-dim weight."""
+    """Return whether a compiled kernel takes ``x`` (:func:`rlq.core.kernels.kernel_readable`) at this B."""
     return (
         USE_KERNELS
         and _circulant_kernels is not None
         and block_size in KERNEL_BLOCK_SIZES
-        and x.dtype == torch.float32
-        and x.device.type == "cpu"
-        and x.is_contiguous()
-        and type(x) in (Tensor, torch.nn.Parameter)
+        and kernel_readable(x)
     )
 
 
@@ -168,8 +165,9 @@ def _cyclic_diagonal_sums(grad: Tensor, block_size: int) -> Tensor:
     """Return ``g[i, j, d, ...] = sum_r grad[i*B + r, j*B + (r - d) mod B, ...]``: the B-vectors' gradient.
 
     The adjoint of :func:`_expand`: the compiled kernel where it applies (:func:`_kernel_fits`), else one
-    gather of the dense gradient by the inverse of the same index map and B - 1 row additions, or the slice sums of :func:`_cyclic_diagonal_sums_by_slices`, whichever measured
-    faster for this B and size (see :data:`INDEX_BACKWARD_MAX_NUMEL`).
+    gather of the dense gradient by the inverse of the same index map and B - 1 row additions, or the slice
+    sums of :func:`_cyclic_diagonal_sums_by_slices`, whichever measured faster for this B and size (see
+    :data:`INDEX_BACKWARD_MAX_NUMEL`).
     """
     b = block_size
     vector_shape = (grad.shape[0] // b, grad.shape[1] // b, b, *grad.shape[2:])

@@ -31,18 +31,19 @@ simulated, weights only. ``sim8`` is the simulated, weights-only 8-bit point, ma
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from rlq.core.kernels import kernel_readable, kernels_switched_on
 
 try:  # built by setup.py where a C compiler is present; optional
     from rlq.quant import _fake_quant_kernels
 except ImportError:  # pragma: no cover - depends on the install
     _fake_quant_kernels = None
 
-USE_KERNELS = os.environ.get("RLQ_QUANT_KERNELS", "1") != "0"
+USE_KERNELS = kernels_switched_on("RLQ_QUANT_KERNELS")
 """Whether :func:`fake_quantize_symmetric` uses the compiled kernel when it is built (``RLQ_QUANT_KERNELS=0``
 to compare: ``benchmarks/bench_gst_throughput.py`` times both)."""
 
@@ -316,17 +317,10 @@ def kernels_available() -> bool:
 def _kernel_rows(x: Tensor, per_channel_axis: int | None) -> int | None:
     """Return how many rows the compiled kernel cuts ``x`` into (one scale each), or None if it does not take ``x``.
 
-    It takes a contiguous float32 CPU tensor quantized per tensor (one row) or per slice of its first axis.
+    It takes a tensor :func:`rlq.core.kernels.kernel_readable` accepts, quantized per tensor (one row) or
+    per slice of its first axis.
     """
-    if not (
-        USE_KERNELS
-        and _fake_quant_kernels is not None
-        and x.dtype == torch.float32
-        and x.device.type == "cpu"
-        and type(x) in (Tensor, torch.nn.Parameter)
-        and x.numel() > 0
-        and x.is_contiguous()
-    ):
+    if not (USE_KERNELS and _fake_quant_kernels is not None and x.numel() > 0 and kernel_readable(x)):
         return None
     if per_channel_axis is None:
         return 1
