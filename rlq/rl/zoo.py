@@ -144,11 +144,12 @@ def zoo_hyperparams(algorithm: str, env_id: str) -> ZooSettings:
     n_timesteps, n_envs = int(float(raw.pop("n_timesteps"))), int(raw.pop("n_envs", 1))
     policy = str(raw.pop("policy", "MlpPolicy"))
     noise_type, noise_std = raw.pop("noise_type", None), raw.pop("noise_std", None)
+    if noise_type is not None:
+        noise_std = float(noise_std if noise_std is not None else DEFAULT_NOISE_STD)
     noise = _action_noise(noise_type, noise_std, env_id, where)
     hyperparams = {name: _value(name, value, where) for name, value in raw.items()}
     if noise is not None:
         hyperparams["action_noise"] = noise
-        noise_std = float(noise_std if noise_std is not None else DEFAULT_NOISE_STD)
     return ZooSettings(
         check_algorithm_name(algorithm),
         env_id,
@@ -196,7 +197,7 @@ def _value(name: str, value: Any, where: str) -> Any:
 
 
 def _action_noise(noise_type: str | None, noise_std: float | None, env_id: str, where: str) -> Any:
-    """Return the zoo's exploration noise for ``env_id``'s action space as an SB3 action noise, or None."""
+    """Return the zoo's exploration noise (``noise_std`` per action dimension) for ``env_id`` as SB3 action noise, or None."""
     if noise_type is None:
         return None
     import numpy as np
@@ -207,11 +208,10 @@ def _action_noise(noise_type: str | None, noise_std: float | None, env_id: str, 
     env = make_env(env_id)
     n = int(np.prod(env.action_space.shape))
     env.close()
-    std = float(noise_std if noise_std is not None else DEFAULT_NOISE_STD)
     if noise_type == "normal":
-        return NormalActionNoise(mean=np.zeros(n), sigma=std * np.ones(n))
+        return NormalActionNoise(mean=np.zeros(n), sigma=noise_std * np.ones(n))
     if noise_type == "ornstein-uhlenbeck":
-        return OrnsteinUhlenbeckActionNoise(mean=np.zeros(n), sigma=std * np.ones(n))
+        return OrnsteinUhlenbeckActionNoise(mean=np.zeros(n), sigma=noise_std * np.ones(n))
     raise ZooSettingError(f"{where}: unknown noise_type {noise_type!r}")
 
 
