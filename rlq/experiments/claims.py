@@ -225,6 +225,7 @@ CLAIMS: list[Claim] = [
     _gst_average_compression("a2c_atari", "gst_a2c_atari"),
     _gst_reward_drop("a2c_atari", "gst_a2c_atari", "score"),
     _gst_average_compression("ppo_football", "gst_ppo_football"),
+    _gst_reward_drop("ppo_football", "gst_ppo_football", "score"),
     Claim(
         "quarl",
         "actorq",
