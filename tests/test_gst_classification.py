@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import torch
 
 from rlq.experiments import stats
 from rlq.experiments.gst import (
@@ -36,7 +37,7 @@ def data():
     )
 
 
-def _train(data, out, seeds, methods=("dense", "gst")):
+def _train(data, out, seeds, methods=("dense", "gst"), **options):
     return train_classifiers(
         data,
         list(methods),
@@ -47,6 +48,7 @@ def _train(data, out, seeds, methods=("dense", "gst")):
         out=out,
         schedule=SCHEDULE,
         lr=0.05,
+        **options,
     )
 
 
@@ -149,6 +151,28 @@ def test_resuming_one_seed_leaves_the_other_untouched(data, tmp_path):
         again[1]["dense"].history.drop(columns="wall_time_s"),
         first[1]["dense"].history.drop(columns="wall_time_s"),
     )
+
+
+def test_workers_train_the_same_models_as_one_process(trained, data, tmp_path):
+    out, alone = trained
+    threads = torch.get_num_threads()  # the fixture's thread count, so the sums run in the same order
+    parallel = _train(data, tmp_path, [0, 1], workers=2, torch_threads=threads)
+    for seed in (0, 1):
+        for method in ("dense", "gst"):
+            assert parallel[seed][method].resumed_from == 2  # trained in a worker, read back from its checkpoint
+            pd.testing.assert_frame_equal(
+                parallel[seed][method].history.drop(columns="wall_time_s"),
+                alone[seed][method].history.drop(columns="wall_time_s"),
+            )
+            mine, theirs = parallel[seed][method].model.state_dict(), alone[seed][method].model.state_dict()
+            assert mine.keys() == theirs.keys()
+            assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+        assert (seed_folder(tmp_path, seed) / "checkpoints" / "gst").is_dir()
+
+
+def test_workers_must_be_a_positive_int(data, tmp_path):
+    with pytest.raises(ValueError, match="workers"):
+        _train(data, tmp_path, [0], workers=0)
 
 
 def test_seeds_must_be_distinct_and_given(data, tmp_path):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
+from rlq.core.validation import check_positive_int
 from rlq.experiments import stats
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def train_classifiers(
     out: str | Path,
     schedule: dict[str, Any],
     progress: Callable[[str], Any] | None = None,
+    workers: int = 1,
+    torch_threads: int | None = None,
     **train: Any,
 ) -> dict[int, dict[str, TrainedClassifier]]:
     """Return one ResNet-32 trained per seed and method (``results[seed][method]``), each resumable from its checkpoints.
@@ -67,14 +70,66 @@ def train_classifiers(
     ``schedule`` holds :func:`rlq.vision.make_schedule`'s knobs, ``train`` :func:`rlq.vision.train_classifier`'s
     (``lr``, ``weight_decay``, ``device``, ...). Checkpoints go to ``out/seed_<s>/checkpoints/<method>/``, so
     a seed resumes on its own; ``progress`` gets one line per trained method.
+
+    ``workers > 1`` trains the (seed, method) pairs that many at a time in fresh processes
+    (:func:`rlq.rl.parallel.run_jobs`), each with ``torch_threads`` threads; the models are then read back
+    here from their final checkpoints, so the results are those of ``workers=1`` (the same batches, initial
+    weights and checkpoints), only sooner.
     """
     seeds = [int(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
+    check_positive_int("workers", workers)
+    if workers > 1:
+        _train_in_workers(data, methods, epochs, batch_size, width, seeds, out, schedule, train, workers, torch_threads)
     return {
         seed: _train_seed(data, methods, epochs, batch_size, width, seed, out, schedule, progress, train)
         for seed in seeds
     }
+
+
+def _train_in_workers(
+    data: ImageData,
+    methods: Sequence[str],
+    epochs: int,
+    batch_size: int,
+    width: int,
+    seeds: Sequence[int],
+    out: str | Path,
+    schedule: dict[str, Any],
+    train: dict[str, Any],
+    workers: int,
+    torch_threads: int | None,
+) -> None:
+    """Train every (seed, method) pair to its final checkpoint, ``workers`` at a time in fresh processes."""
+    from rlq.rl.parallel import run_jobs
+
+    jobs = [
+        dict(data=data, methods=[method], epochs=epochs, batch_size=batch_size, width=width, seed=seed, out=out,
+             schedule=schedule, train=train, torch_threads=torch_threads)
+        for seed in seeds for method in methods
+    ]  # fmt: skip
+    labels = [f"seed {seed}, method {method}" for seed in seeds for method in methods]
+    run_jobs(_train_job, jobs, workers=workers, labels=labels)
+
+
+def _train_job(
+    data: ImageData,
+    methods: Sequence[str],
+    epochs: int,
+    batch_size: int,
+    width: int,
+    seed: int,
+    out: str | Path,
+    schedule: dict[str, Any],
+    train: dict[str, Any],
+    torch_threads: int | None,
+) -> int:
+    """Return the epochs one worker trained ``methods`` of ``seed`` to (their checkpoints hold the models)."""
+    if torch_threads is not None:
+        torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
+    trained = _train_seed(data, methods, epochs, batch_size, width, seed, out, schedule, None, train)
+    return min(int(r.history["epoch"].max()) for r in trained.values())
 
 
 def _train_seed(
@@ -110,7 +165,10 @@ def _train_seed(
         )
         if progress is not None:
             last = result.history.iloc[-1]
-            resumed = f", resumed from epoch {result.resumed_from}" if result.resumed_from else ""
+            resumed = (
+                ", read from its final checkpoint" if result.resumed_from == epochs
+                else f", resumed from epoch {result.resumed_from}" if result.resumed_from else ""
+            )  # fmt: skip
             progress(
                 f"seed {seed} {method:8s} test accuracy {100 * last.test_accuracy:.2f}%  compression final "
                 f"{100 * last.compression_ratio:.1f}% / average {100 * last.avg_compression_ratio:.1f}%  "
