@@ -159,7 +159,8 @@ def test_workers_train_the_same_models_as_one_process(trained, data, tmp_path):
     parallel = _train(data, tmp_path, [0, 1], workers=2, torch_threads=threads)
     for seed in (0, 1):
         for method in ("dense", "gst"):
-            assert parallel[seed][method].resumed_from == 2  # trained in a worker, read back from its checkpoint
+            # trained in a worker, then read back here from its final checkpoint
+            assert parallel[seed][method].resumed_from == 2
             pd.testing.assert_frame_equal(
                 parallel[seed][method].history.drop(columns="wall_time_s"),
                 alone[seed][method].history.drop(columns="wall_time_s"),

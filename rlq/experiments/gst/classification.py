@@ -81,7 +81,9 @@ def train_classifiers(
         raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
     check_positive_int("workers", workers)
     if workers > 1:
-        _train_in_workers(data, methods, epochs, batch_size, width, seeds, out, schedule, train, workers, torch_threads)
+        _train_in_workers(
+            data, methods, epochs, batch_size, width, seeds, out, schedule, train, workers, torch_threads
+        )
     return {
         seed: _train_seed(data, methods, epochs, batch_size, width, seed, out, schedule, progress, train)
         for seed in seeds
