@@ -80,57 +80,23 @@ def train_classifiers(
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
     check_positive_int("workers", workers)
+    run = dict(epochs=epochs, batch_size=batch_size, width=width, out=out, schedule=schedule, train=train)
     if workers > 1:
-        _train_in_workers(
-            data, methods, epochs, batch_size, width, seeds, out, schedule, train, workers, torch_threads
-        )
-    return {
-        seed: _train_seed(data, methods, epochs, batch_size, width, seed, out, schedule, progress, train)
-        for seed in seeds
-    }
+        from rlq.rl.parallel import run_jobs
 
-
-def _train_in_workers(
-    data: ImageData,
-    methods: Sequence[str],
-    epochs: int,
-    batch_size: int,
-    width: int,
-    seeds: Sequence[int],
-    out: str | Path,
-    schedule: dict[str, Any],
-    train: dict[str, Any],
-    workers: int,
-    torch_threads: int | None,
-) -> None:
-    """Train every (seed, method) pair to its final checkpoint, ``workers`` at a time in fresh processes."""
-    from rlq.rl.parallel import run_jobs
-
-    jobs = [
-        dict(data=data, methods=[method], epochs=epochs, batch_size=batch_size, width=width, seed=seed, out=out,
-             schedule=schedule, train=train, torch_threads=torch_threads)
-        for seed in seeds for method in methods
-    ]  # fmt: skip
-    labels = [f"seed {seed}, method {method}" for seed in seeds for method in methods]
-    run_jobs(_train_job, jobs, workers=workers, labels=labels)
+        pairs = [(seed, method) for seed in seeds for method in methods]
+        jobs = [dict(data=data, methods=[m], seed=s, torch_threads=torch_threads, **run) for s, m in pairs]
+        run_jobs(_train_job, jobs, workers=workers, labels=[f"seed {s}, method {m}" for s, m in pairs])
+    return {seed: _train_seed(data, methods, seed=seed, progress=progress, **run) for seed in seeds}
 
 
 def _train_job(
-    data: ImageData,
-    methods: Sequence[str],
-    epochs: int,
-    batch_size: int,
-    width: int,
-    seed: int,
-    out: str | Path,
-    schedule: dict[str, Any],
-    train: dict[str, Any],
-    torch_threads: int | None,
+    data: ImageData, methods: Sequence[str], seed: int, torch_threads: int | None, **run: Any
 ) -> int:
-    """Return the epochs one worker trained ``methods`` of ``seed`` to (their checkpoints hold the models)."""
+    """Return the epochs a worker trained ``methods`` of ``seed`` to (their final checkpoints hold the models)."""
     if torch_threads is not None:
         torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
-    trained = _train_seed(data, methods, epochs, batch_size, width, seed, out, schedule, None, train)
+    trained = _train_seed(data, methods, seed=seed, progress=None, **run)
     return min(int(r.history["epoch"].max()) for r in trained.values())
 
 
