@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rlq.core.jsonio import read_json
@@ -232,9 +233,16 @@ def test_a_claim_measured_in_another_setting_says_so(tmp_path):
     _run(parent, "gst_classification", "medium", "ok", {"dataset": "digits", "estimates": estimates})
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
     row = table[table.metric == "compression_ratio"].iloc[0]
-    assert row.verdict == "holds" and row.setting == "measured on digits, not CIFAR-10"
+    # digits cannot decide a CIFAR-10 claim: inconclusive, saying what the rule gives on digits
+    assert row.verdict == "inconclusive" and row.setting == "measured on digits, not CIFAR-10"
+    assert row.reason == "not the paper's setting; on this run the rule says holds: interval 68 to 71 >= 63.2"
     _, text = build_report(parent, tmp_path / "r.html", tmp_path / "no_results")
     assert "(1 in another setting)" in text.splitlines()[0]
+    # the same numbers on CIFAR-10 decide it
+    _run(parent, "gst_classification", "paper", "ok", {"dataset": "cifar10", "estimates": estimates})
+    table = claims_table(collect_runs(parent, tmp_path / "no_results"))
+    row = table[table.metric == "compression_ratio"].iloc[0]
+    assert row.verdict == "holds" and row.preset == "paper" and pd.isna(row.setting)
 
 
 def test_a_finished_run_without_the_number_says_so(tmp_path):
