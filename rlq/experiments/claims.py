@@ -134,7 +134,7 @@ def judge(claim: Claim, results: Results, paper_value: float) -> Verdict | None:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.3g}"
+    return f"{x + 0.0:.3g}"  # + 0.0: a drop of -0.0 reads 0
 
 
 def _get(*keys: str) -> Callable[[Results], float | None]:
