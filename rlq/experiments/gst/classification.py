@@ -82,11 +82,13 @@ def train_classifiers(
     check_positive_int("workers", workers)
     run = dict(epochs=epochs, batch_size=batch_size, width=width, out=out, schedule=schedule, train=train)
     if workers > 1:
+        from rlq.experiments.gst.runs import keys_label
         from rlq.rl.parallel import run_jobs
 
         pairs = [(seed, method) for seed in seeds for method in methods]
         jobs = [dict(data=data, methods=[m], seed=s, torch_threads=torch_threads, **run) for s, m in pairs]
-        run_jobs(_train_job, jobs, workers=workers, labels=[f"seed {s}, method {m}" for s, m in pairs])
+        labels = [keys_label({"seed": s, "method": m}) for s, m in pairs]
+        run_jobs(_train_job, jobs, workers=workers, labels=labels)
     return {seed: _train_seed(data, methods, seed=seed, progress=progress, **run) for seed in seeds}
 
 
