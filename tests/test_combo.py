@@ -49,9 +49,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one PyTorch thre
 
 
 class ScriptedGST(GSTCallback):
-    @property
-    def mean_reward(self) -> float | None:
-        return 1.0
+    def _scores(self) -> list[float]:
+        return [1.0]
 
 
 def gst() -> GSTCallback:

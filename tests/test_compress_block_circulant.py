@@ -262,3 +262,40 @@ def test_removing_block_circulant_from_a_deep_copy_leaves_the_original_working()
     remove_block_circulant_(twin)
     assert torch.allclose(net(x), expected)  # torch's shared ParametrizedLinear class would lose `weight`
     assert torch.allclose(twin(x), expected, atol=1e-6)
+
+
+def spectral_norm(weight: torch.Tensor) -> float:
+    return float(torch.linalg.matrix_norm(weight, 2))
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 8])
+def test_scaled_init_keeps_a_fresh_layers_std_and_spectral_norm(block_size):
+    """The plain projection of a fresh init shrinks it by about sqrt(B); ``init="scaled"`` keeps its scale."""
+    torch.manual_seed(0)
+    dense = mlp((17, 400, 304, 304, 6))  # PyTorch's default (i.i.d. uniform) init, as SB3's TD3 uses
+    weight = dense[2].weight.detach().clone()
+    scaled, projected = copy.deepcopy(dense), copy.deepcopy(dense)
+    block_circulant_(scaled, block_size, init="scaled")
+    block_circulant_(projected, block_size)  # the default stays the nearest block-circulant matrix
+    kept, shrunk = scaled[2].weight.detach(), projected[2].weight.detach()
+    assert is_block_circulant_matrix(kept, block_size)
+    torch.testing.assert_close(kept / kept.norm(), shrunk / shrunk.norm())  # the same direction
+    assert float(kept.norm()) == pytest.approx(float(weight.norm()), rel=1e-5)
+    assert float(kept.std()) == pytest.approx(float(weight.std()), rel=0.02)
+    assert spectral_norm(kept) == pytest.approx(spectral_norm(weight), rel=0.05)
+    assert float(shrunk.std()) == pytest.approx(float(weight.std()) / block_size**0.5, rel=0.05)
+    assert spectral_norm(shrunk) < 0.75 * spectral_norm(weight)
+    # a stack of such layers keeps its features' scale (the projection shrinks it layer by layer)
+    x = torch.randn(512, 17)
+    features = lambda net: net[:5](x)  # noqa: E731  (after the two compressed layers)
+    assert float(features(scaled).std()) == pytest.approx(float(features(dense).std()), rel=0.25)
+    assert float(features(projected).std()) < 0.8 * float(features(dense).std())
+
+
+def test_scaled_init_of_zero_weights_and_a_bad_init_name():
+    layer = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2))
+    nn.init.zeros_(layer[1].weight)
+    block_circulant_(layer, 4, init="scaled")
+    assert float(layer[1].weight.abs().sum()) == 0.0
+    with pytest.raises(ValueError, match="init must be one of"):
+        block_circulant_(mlp(), 4, init="orthogonal")

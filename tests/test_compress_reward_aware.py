@@ -1,21 +1,132 @@
-"""RewardAwareSparsity (our design) on synthetic reward sequences."""
+"""RewardAwareSparsity (our design) on synthetic score streams: the episodes rule, and the earlier windowed rule."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 
 import pytest
 
 from rlq.compress import RewardAwareConfig, RewardAwareSparsity
 
+WINDOWED = dict(rule="windowed", input_window=1)
+"""The earlier rule, fed one score per update (its input is then that score, as the earlier API took it)."""
+
 
 def run(rewards, **config) -> tuple[list[float], list[str]]:
-    controller = RewardAwareSparsity(RewardAwareConfig(**config))
+    """Feed one score per update to the windowed rule; return the targets and decisions."""
+    controller = RewardAwareSparsity(RewardAwareConfig(**WINDOWED, **config))
     targets, decisions = [], []
     for reward in rewards:
-        targets.append(controller.update(reward))
+        controller.add_scores([] if reward is None else [reward])
+        targets.append(controller.update())
         decisions.append(controller.last_decision)
     return targets, decisions
+
+
+def stream(
+    episodes, updates_per_episode: int = 1, **config
+) -> tuple[RewardAwareSparsity, list[tuple[int, float, str]]]:
+    """Feed episode returns to a controller with ``updates_per_episode`` updates after each; return
+    the controller and one ``(episode index, target, decision)`` per update."""
+    controller = RewardAwareSparsity(RewardAwareConfig(**config))
+    rows = []
+    for i, score in enumerate(episodes):
+        controller.add_scores([score])
+        for _ in range(updates_per_episode):
+            rows.append((i, controller.update(), controller.last_decision))
+    return controller, rows
+
+
+# ---- the episodes rule (default)
+
+
+def test_steady_or_rising_returns_raise_the_target_once_per_min_episodes():
+    for episodes in ([100.0] * 20, [10.0 * i for i in range(20)]):
+        controller, rows = stream(episodes, updates_per_episode=3, min_episodes=3, step_size=0.05)
+        rises = [i for i, _, d in rows if d == "rise"]
+        # the first rise needs min_episodes scores; then one per min_episodes new episodes, never more
+        assert rises == [2, 5, 8, 11, 14, 17]
+        assert controller.target == pytest.approx(0.3)
+        assert {d for _, _, d in rows} <= {"wait", "rise"}
+
+
+def test_a_sustained_drop_after_a_rise_backs_off_within_a_few_episodes():
+    episodes = [1000.0] * 6 + [300.0] * 12  # a collapse right after the second rise
+    controller, rows = stream(episodes, updates_per_episode=3, min_episodes=2, backoff=0.05)
+    first_backoff = next(i for i, _, d in rows if d == "backoff")
+    assert first_backoff <= 6 + 2  # judged by the first min_episodes returns after the drop
+    peak = max(t for _, t, _ in rows)
+    assert controller.target < peak and not [d for i, _, d in rows if i >= 6 and d == "rise"]
+    assert controller.reference == pytest.approx(1000.0)  # the level to recover to stays the pre-drop one
+
+
+def test_the_earlier_windowed_rule_misses_that_drop_at_three_updates_per_episode():
+    """The defect the episodes rule mends: a 10-episode mean fed three times per episode only rises."""
+    # a random warm-up, a rise, then a collapse that is still better than the warm-up
+    episodes = [-400.0] * 10 + [-100.0, 0.0, 100.0, -150.0, -200.0, -150.0, -100.0, -150.0]
+    legacy = RewardAwareSparsity(RewardAwareConfig(rule="windowed", input_window=10, backoff=0.0))
+    decisions = []
+    for score in episodes:
+        legacy.add_scores([score])
+        for _ in range(3):
+            legacy.update()
+            decisions.append(legacy.last_decision)
+    # its reference is the warm-up's -400 and the collapse still beats it: it rises to the cap
+    assert "backoff" not in decisions and legacy.target == pytest.approx(0.9)
+    controller, rows = stream(episodes[10:], updates_per_episode=3, min_episodes=2)
+    assert [d for _, _, d in rows].count("backoff") == 2 and controller.target == 0.0
+
+
+def test_noisy_flat_returns_rise_at_most_once_per_min_episodes_and_back_off_sometimes():
+    rng = random.Random(0)
+    episodes = [1000.0 + rng.gauss(0.0, 80.0) for _ in range(60)]
+    controller, rows = stream(
+        episodes, updates_per_episode=3, min_episodes=3, tolerance=0.05, max_sparsity=0.95
+    )
+    decisions = [d for _, _, d in rows]
+    assert decisions.count("rise") <= len(episodes) // 3
+    assert decisions.count("backoff") >= 1
+    changes = [i for i, _, d in rows if d in ("rise", "backoff")]
+    assert all(b - a >= 3 for a, b in itertools.pairwise(changes))  # every change waits for 3 new episodes
+
+
+def test_recovery_to_the_reference_lets_the_target_rise_again():
+    episodes = [100.0] * 4 + [40.0] * 4 + [100.0] * 6
+    controller, rows = stream(episodes, min_episodes=2, backoff=0.1, step_size=0.1)
+    decisions = [d for _, _, d in rows]
+    assert decisions.index("backoff") < len(decisions) - 1 - decisions[::-1].index("rise")
+
+
+def test_zero_backoff_holds_on_a_drop():
+    controller, rows = stream([100.0] * 4 + [10.0] * 6, min_episodes=2, backoff=0.0)
+    assert {d for i, _, d in rows if i >= 5} == {"hold"} and controller.target == pytest.approx(0.1)
+
+
+def test_episodes_rule_resumes_exactly_and_rejects_an_earlier_state():
+    episodes = [float((7 * i) % 13) for i in range(40)]
+    whole, rows = stream(episodes, updates_per_episode=2, min_episodes=2, tolerance=0.1)
+    first, _ = stream(episodes[:20], updates_per_episode=2, min_episodes=2, tolerance=0.1)
+    resumed = RewardAwareSparsity()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    rest = []
+    for score in episodes[20:]:
+        resumed.add_scores([score])
+        rest += [(resumed.update(), resumed.last_decision) for _ in range(2)]
+    assert rest == [(t, d) for i, t, d in rows if i >= 20]
+    old = first.state_dict()
+    del old["since_count"], old["inputs"]
+    with pytest.raises(ValueError, match="earlier rlq"):
+        RewardAwareSparsity().load_state_dict(old)
+
+
+def test_bad_scores_raise():
+    with pytest.raises(ValueError, match="finite"):
+        RewardAwareSparsity().add_scores([1.0, float("nan")])
+
+
+# ---- the windowed rule of earlier rlq versions (kept for ablations)
 
 
 def test_target_rises_under_steady_and_improving_reward():
@@ -57,24 +168,29 @@ def test_never_exceeds_max_nor_goes_below_min():
     assert min(targets) == pytest.approx(0.1)
 
 
+def windowed(rewards, controller=None, **config) -> RewardAwareSparsity:
+    controller = controller or RewardAwareSparsity(RewardAwareConfig(**WINDOWED, **config))
+    for r in rewards:
+        controller.add_scores([r])
+        controller.update()
+    return controller
+
+
 def test_deterministic_and_resumable():
     rewards = [float((7 * i) % 13) for i in range(40)]
     assert run(rewards) == run(rewards)
-    whole = RewardAwareSparsity()
-    first = RewardAwareSparsity()
-    for r in rewards[:20]:
-        whole.update(r)
-        first.update(r)
+    whole = windowed(rewards[:20])
+    first = windowed(rewards[:20])
     resumed = RewardAwareSparsity()
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
-    assert [whole.update(r) for r in rewards[20:]] == [resumed.update(r) for r in rewards[20:]]
+    assert [windowed([r], whole).target for r in rewards[20:]] == [
+        windowed([r], resumed).target for r in rewards[20:]
+    ]
 
 
-def test_missing_reward_holds_and_bad_reward_raises():
-    controller = RewardAwareSparsity(RewardAwareConfig(window=1, initial_sparsity=0.2))
-    assert controller.update(None) == 0.2 and controller.last_decision == "no_reward"
-    with pytest.raises(ValueError, match="finite"):
-        controller.update(float("nan"))
+def test_missing_reward_holds():
+    controller = RewardAwareSparsity(RewardAwareConfig(**WINDOWED, window=1, initial_sparsity=0.2))
+    assert controller.update() == 0.2 and controller.last_decision == "no_reward"
 
 
 def test_relative_tolerance_uses_the_magnitude_of_negative_rewards():
@@ -95,6 +211,8 @@ def test_relative_tolerance_uses_the_magnitude_of_negative_rewards():
         (dict(window=0), "window"),
         (dict(cooldown=-1), "cooldown"),
         (dict(tolerance=float("inf")), "tolerance"),
+        (dict(rule="best"), "rule"),
+        (dict(min_episodes=0), "min_episodes"),
     ],
 )
 def test_bad_config_is_rejected(config, message):
@@ -104,12 +222,13 @@ def test_bad_config_is_rejected(config, message):
 
 def guarded(before, after, **config) -> RewardAwareSparsity:
     """A controller with the trend guard that observed ``before`` and then updated on ``after``."""
-    controller = RewardAwareSparsity(RewardAwareConfig(window=1, trend_window=4, trend_ratio=0.5, **config))
+    controller = RewardAwareSparsity(
+        RewardAwareConfig(**WINDOWED, window=1, trend_window=4, trend_ratio=0.5, **config)
+    )
     for reward in before:
-        controller.observe(reward)
-    for reward in after:
-        controller.update(reward)
-    return controller
+        controller.add_scores([reward])
+        controller.observe()
+    return windowed(after, controller)
 
 
 def test_trend_guard_holds_while_the_reward_rises_more_slowly_than_before_pruning():
@@ -146,9 +265,9 @@ def test_trend_guard_is_off_by_default_and_resumes():
     first = guarded(rewards, later[:3])
     resumed = RewardAwareSparsity()
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
-    rest = [(resumed.update(r), resumed.last_decision) for r in later[3:]]
+    rest = [(windowed([r], resumed).target, resumed.last_decision) for r in later[3:]]
     again = guarded(rewards, later[:3])
-    assert rest == [(again.update(r), again.last_decision) for r in later[3:]]
+    assert rest == [(windowed([r], again).target, again.last_decision) for r in later[3:]]
     assert whole.target == resumed.target and "hold_trend" in {d for _, d in rest}
     with pytest.raises(ValueError, match="trend_window"):
         RewardAwareConfig(trend_window=1)

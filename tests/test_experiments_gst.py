@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from rlq.compress import GSTConfig
 from rlq.experiments.gst import (
     compare_methods,
     compression_settings,
@@ -17,6 +18,7 @@ from rlq.experiments.gst import (
     sweep_numbers,
     sweep_table,
 )
+from rlq.experiments.gst.jobs import arm_settings
 from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
 
 KNOBS = dict(
@@ -59,7 +61,46 @@ def test_compression_settings_count_the_pruning_window_over_the_training_updates
         "tolerance": 0.1,
         "abs_tolerance": 0.0,
         "backoff": 0.0,
+        "min_episodes": 3,
     }
+
+
+def test_ablation_arms_are_the_earlier_settings_with_one_fix_each():
+    gst = compression_settings(30_000, learning_starts=5_000, **KNOBS)["gst"] | {
+        "sparsity": {"backoff": 0.05}
+    }
+    none = arm_settings("gst_none", gst)
+    assert (none["target"], none["bc_init"], none["optimizer_reset"]) == ("stored", "projection", "all")
+    assert none["sparsity"] == {"backoff": 0.0, "rule": "windowed"}
+    fixed = {
+        name: arm_settings(f"gst_only_{name}", gst) for name in ("cap", "controller", "optimizer", "init")
+    }
+    assert fixed["cap"]["target"] == "compression" and fixed["init"]["bc_init"] == "scaled"
+    assert fixed["optimizer"]["optimizer_reset"] == "changed"
+    assert fixed["controller"]["sparsity"] == {"backoff": 0.05, "rule": "episodes"}
+    for name, arm in fixed.items():  # every other setting stays the earlier one
+        differs = {k for k in ("target", "bc_init", "optimizer_reset") if arm[k] != none[k]}
+        assert len(differs) == (0 if name == "controller" else 1), name
+    GSTConfig(total_steps=30_000, **{k: v for k, v in none.items() if k != "sparsity"})  # valid settings
+    with pytest.raises(ValueError, match="ablation arm"):
+        arm_settings("gst_only_luck", gst)
+
+
+def test_method_seeds_give_a_method_fewer_seeds_and_arms_train_gst(tmp_path):
+    settings = compression_settings(1_000, **KNOBS)
+    jobs = method_jobs(tmp_path, methods=["dense", "pruning", "gst_only_cap"], seeds=[0, 1, 2],
+                       method_seeds={"pruning": [0]}, env_ids=["Pendulum-v1"], total_timesteps=1_000,
+                       settings=settings)  # fmt: skip
+    assert [(j["keys"]["method"], j["seed"]) for j in jobs] == [
+        ("dense", 0), ("pruning", 0), ("gst_only_cap", 0), ("dense", 1), ("gst_only_cap", 1), ("dense", 2),
+        ("gst_only_cap", 2),
+    ]  # fmt: skip
+    arm = next(j for j in jobs if j["keys"]["method"] == "gst_only_cap")
+    assert arm["method"] == "gst" and arm["gst"]["target"] == "compression"
+    assert arm["run_dir"].name == "gst_only_cap__0"
+    with pytest.raises(ValueError, match="method_seeds"):
+        method_jobs(tmp_path, methods=["dense"], seeds=[0], method_seeds={"dense": [5]}, env_ids=["Pendulum-v1"],
+                    total_timesteps=1_000, settings=settings)  # fmt: skip
 
 
 def test_compression_settings_leave_out_what_a_sweep_sets_per_run_and_reject_a_warmup_past_the_end():

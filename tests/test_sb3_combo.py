@@ -42,11 +42,10 @@ def tiny(algo: str):
 
 
 class ScriptedGST(GSTCallback):
-    """GST fed a constant training reward, so its reward-aware target rises at every update."""
+    """GST fed a constant score at every step, so its reward-aware target rises at every update."""
 
-    @property
-    def mean_reward(self) -> float | None:
-        return 1.0
+    def _scores(self) -> list[float]:
+        return [1.0]
 
 
 def gst(algo: str, **overrides) -> GSTCallback:
@@ -248,7 +247,9 @@ def test_trained_sparse_low_bit_actor_exports_packed_and_to_onnx(tmp_path):
     # batch 1, as an actor acts: ONNX Runtime's dynamic int8 quantizes activations over each batch's range
     a_onnx = torch.cat([torch.as_tensor(np.asarray(onnx(o[None]))) for o in obs])
     error = ((a_onnx - a_torch).abs() * half_range).max()
-    assert float(error) <= 1e-2, f"int8 ONNX differs by {float(error):.4f} action units"
+    # within 0.5% of the action range (0.02 of Pendulum's 4): a few 8-bit activation steps over three layers
+    bound = 0.005 * float(2 * half_range.max())
+    assert float(error) <= bound, f"int8 ONNX differs by {float(error):.4f} action units (bound {bound:.3f})"
 
 
 def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):

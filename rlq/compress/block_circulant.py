@@ -48,6 +48,16 @@ from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_ten
 from rlq.core.parametrizations import remove_parametrizations_
 
 FORWARD_PATHS = ("dense", "fft", "auto")
+INITS = ("projection", "scaled")
+"""How :func:`block_circulant_` sets the B-vectors from the current weight: ``"projection"``, the nearest
+block-circulant matrix (each cyclic diagonal averaged: right for a trained weight), or ``"scaled"``, that
+projection rescaled to the Frobenius norm of the weight it replaces. Averaging B i.i.d. entries divides their
+std by sqrt(B), so the projection of a fresh initialisation is about sqrt(B) times too small (at B = 4 a TD3
+hidden layer's spectral norm halves, and a stack of such layers shrinks its features layer by layer);
+scaled, the weight keeps the initialisation's entry std exactly, so a layer's mean gain on isotropic
+inputs is kept. For an i.i.d. initialisation (PyTorch's default) the spectral norm is kept too, within a
+few percent; an orthogonal initialisation's flat spectrum is not (the scaled weight's spectral norm is
+that of a random matrix of the same std, 1.4-1.8 times the orthogonal one's at B = 2-8)."""
 
 
 class BlockCirculantWeight(nn.Module):
@@ -129,6 +139,7 @@ def block_circulant_(
     skip_first_last: bool = True,
     networks: Networks = "sequential",
     forward_path: str = "dense",
+    init: str = "projection",
 ) -> CompressionReport:
     """Return a report after making every eligible layer of ``module`` block-circulant in place.
 
@@ -136,11 +147,13 @@ def block_circulant_(
     as there). A layer whose two leading weight dimensions ``block_size`` does not divide stays dense and
     is reported in ``report.dense``. Layers already block-circulant with the same B are kept (and listed
     as compressed); another B is an error (use a transition). The B-vectors are the Frobenius projection
-    of the current weights. Parameter objects are kept, so an existing optimizer still holds them; reset
+    of the current weights, rescaled to their Frobenius norm with ``init="scaled"`` (for a fresh initialisation, see
+    :data:`INITS`). Parameter objects are kept, so an existing optimizer still holds them; reset
     its state (:func:`rlq.compress.reset_optimizer_state_`) if it has stepped.
     """
     check_block_size(block_size)
     _check_forward_path(forward_path)
+    _check_init(init)
     eligible, report_dense = classify_layers(module, skip_first_last, networks)
     report = CompressionReport(dense=dict(report_dense))
     to_convert = []
@@ -164,23 +177,40 @@ def block_circulant_(
             to_convert.append(layer)
         report.compressed.append(name)
     for layer in to_convert:
-        make_block_circulant_(layer, block_size, forward_path)
+        make_block_circulant_(layer, block_size, forward_path, init)
     report.covered_fraction = covered_fraction_of(module, report.compressed)
     return report
 
 
-def make_block_circulant_(layer: nn.Module, block_size: int, forward_path: str = "dense") -> None:
-    """Make one Linear/convolution block-circulant in place (B-vectors projected from its current weight)."""
+def make_block_circulant_(
+    layer: nn.Module, block_size: int, forward_path: str = "dense", init: str = "projection"
+) -> None:
+    """Make one Linear/convolution block-circulant in place (B-vectors from its current weight, see :data:`INITS`)."""
     _check_layer(layer)
     check_block_size(block_size)
+    _check_init(init)
     if parametrize.is_parametrized(layer, "weight"):
         raise ValueError(f"{type(layer).__name__} already has a parametrization on its weight")
     if mask_of(layer, "weight") is not None:
         raise ValueError(
             f"{type(layer).__name__} is pruned; remove its pruning before making it block-circulant"
         )
+    dense_norm = float(torch.linalg.vector_norm(layer.weight.detach()))
     parametrize.register_parametrization(layer, "weight", BlockCirculantWeight(block_size), unsafe=True)
+    if init == "scaled":
+        vectors = layer.parametrizations.weight.original
+        # each vector entry stands B times in its block: |expansion|_F = sqrt(B) |vectors|
+        norm = block_size**0.5 * float(torch.linalg.vector_norm(vectors.detach()))
+        if norm > 0:
+            with torch.no_grad():
+                vectors.mul_(dense_norm / norm)
     _set_layer_forward_path(layer, _check_forward_path(forward_path))
+
+
+def _check_init(init: str) -> str:
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    return init
 
 
 def _circulant_linear_forward(self: nn.Linear, x: Tensor) -> Tensor:

@@ -8,6 +8,7 @@ training loop runs either; :class:`rlq.sb3.pruning.GradualPruningCallback` uses 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,9 +113,9 @@ class GradualPruning:
         return "dense" if step < self.start_step else "pruning" if step < self.end_step else "pruned"
 
     def apply_(
-        self, module: nn.Module, step: int, reward: float | None = None, optimizers: Any = ()
+        self, module: nn.Module, step: int, scores: Iterable[float] = (), optimizers: Any = ()
     ) -> list[GSTAction]:
-        """Return the prune action carried out at ``step`` (none while the target is unchanged)."""
+        """Return the prune action carried out at ``step`` (none while the target is unchanged; ``scores`` unused)."""
         if step < self.start_step:
             return []
         target = self.target(step)

@@ -12,18 +12,38 @@ trained; 0 on-policy), so "25% of training" means a quarter of the updates:
 - at ``fraction * T`` for each later ``(fraction, B)`` of ``block_schedule``: a block-size transition by
   ``transition_method`` (``"exact"``: zero parameter shift, hidden units reordered; ``"projection"``).
 - ``rise = s_shift * bc_end * T`` (S_shift, our meaning): from this step on, every ``prune_every`` steps
-  the :class:`RewardAwareSparsity` target is updated with the latest reward and applied by magnitude
-  pruning to the eligible layers. While the layers are still block-circulant the target is the sparsity
-  of their B-vector entries (compression ``1 - (1 - s) / B``), afterwards of their dense weights.
-  S_shift = 1 starts pruning exactly at the hand-over; S_shift = 0.25 starts it a quarter of the way into
-  the block-circulant phase, so the vectors are already sparse when the hand-over comes (paper values:
-  0.25 and 1.0).
+  the :class:`RewardAwareSparsity` target is updated on the scores (episode returns) that finished so far
+  and applied by magnitude pruning to the eligible layers. S_shift = 1 starts pruning exactly at the
+  hand-over; S_shift = 0.25 starts it a quarter of the way into the block-circulant phase, so the vectors
+  are already sparse when the hand-over comes (paper values: 0.25 and 1.0).
+- What the target means (``target``). ``"compression"`` (default): the target is each layer's compression,
+  the fraction of its dense weights it does not store, in every phase, so ``max_sparsity`` caps the
+  compression and it never rises above it. A block-circulant layer with block size B already stores
+  ``1/B``; it reaches a target ``c > 1 - 1/B`` by pruning ``1 - B (1 - c)`` of its B-vector entries, and
+  the target starts from ``1 - 1/B`` when pruning begins in the block-circulant phase. ``"stored"``: the
+  target is the sparsity of the stored values (the B-vectors while block-circulant), the rule of earlier
+  rlq versions, kept for ablations: at 0.9 and B = 4 a layer then stores 2.5% of its weights, more
+  compression than the cap, given back at the hand-over.
 - ``bc_end * T`` (the hand-over, skipped when ``bc_end == 1``): the block-circulant structure is removed
   and the weights continue as pruned dense weights. ``handover="keep_ratio"`` (default) keeps the stored
-  count: the expanded weights are magnitude-pruned to ``c = 1 - (1 - s) / B`` (capped at the maximum
-  sparsity) and the target continues from ``c``, so the compression ratio does not drop.
-  ``handover="exact"`` keeps the function: the vector mask is expanded (sparsity stays ``s``), so the
-  compression ratio falls from ``1 - (1 - s) / B`` to ``s``; a small S_shift makes that fall small.
+  count: with vector sparsity ``s`` the expanded weights are magnitude-pruned to ``c = 1 - (1 - s) / B``
+  (capped at the maximum sparsity) and the target continues from ``c``, so the compression ratio does not
+  drop. ``handover="exact"`` keeps the function: the vector mask is expanded (sparsity stays ``s``), so
+  the compression ratio falls from ``1 - (1 - s) / B`` to ``s``; a small S_shift makes that fall small.
+
+Two more choices of ours, each a knob so that an ablation can switch it back:
+
+- ``bc_init="scaled"``: at GST's start the projected B-vectors are rescaled so that each layer keeps the
+  Frobenius norm of its dense initialisation (about ``sqrt(B)`` times the projection). The nearest
+  block-circulant matrix averages each cyclic diagonal, which is right for a trained weight but shrinks a
+  freshly initialised one (B i.i.d. entries averaged: std / sqrt(B)); scaled, the weight keeps the entry
+  std (and, for PyTorch's i.i.d. default init, the spectral norm) of the initialisation the algorithm's
+  hyperparameters were tuned for (:data:`rlq.compress.block_circulant.INITS`). ``"projection"`` keeps the
+  plain projection.
+- ``optimizer_reset="changed"``: after a structural change only the optimizer state of parameters whose
+  shape or values the change touched (the re-structured weights, permuted biases and neighbours) is
+  dropped; the dense first and last layers, untouched biases and other networks keep their moments.
+  ``"all"`` drops every parameter's state.
 
 One execution path. :meth:`GSTSchedule.step` only decides (it updates the reward controller, never a
 module) and returns the actions due; :meth:`GSTSchedule.execute_` carries out one action on a module and
@@ -33,7 +53,7 @@ is the one place that says what each action kind does. It acts either on the lay
 state, logging). Neither knows about any RL library:
 
 - a plain training loop (:func:`rlq.vision.training.train_classifier`) calls
-  ``apply_(model, step, reward, optimizers)``: ``step`` then ``execute_`` with default hooks, which reset
+  ``apply_(model, step, scores, optimizers)``: ``step`` then ``execute_`` with default hooks, which reset
   the state ``optimizers`` hold for the module after every structural change;
 - :class:`rlq.sb3.gst.GSTCallback` calls ``step``, then ``execute_`` with the SB3 policy's eligible layers
   and chains (:func:`rlq.sb3.networks.policy_layers`) and hooks that mirror the target networks, reset and
@@ -42,7 +62,7 @@ state, logging). Neither knows about any RL library:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import pairwise
@@ -75,6 +95,9 @@ from rlq.core.validation import check_positive_int
 
 TRANSITION_METHODS = ("exact", "projection")
 HANDOVERS = ("keep_ratio", "exact")
+TARGETS = ("compression", "stored")
+BC_INITS = ("scaled", "projection")
+OPTIMIZER_RESETS = ("changed", "all")
 
 
 def fraction_step(fraction: float, total_steps: int, start_step: int = 0) -> int:
@@ -110,6 +133,13 @@ class GSTConfig:
     """How layers group into networks (see :func:`rlq.compress.find_networks`)."""
     scope: str = "layer"
     """Pruning scope: ``"layer"`` or ``"global"``."""
+    target: str = "compression"
+    """What the reward-aware target is: each layer's ``"compression"`` in every phase (capped by
+    ``max_sparsity``) or the ``"stored"`` values' sparsity (earlier rlq; over-compresses while block-circulant)."""
+    bc_init: str = "scaled"
+    """B-vectors at the start: ``"scaled"`` (projection with the init's Frobenius norm) or ``"projection"``."""
+    optimizer_reset: str = "changed"
+    """After a structural change drop the state of the ``"changed"`` parameters only, or of ``"all"``."""
 
     def __post_init__(self) -> None:
         check_positive_int("total_steps", self.total_steps)
@@ -147,8 +177,14 @@ class GSTConfig:
         check_positive_int("prune_every", self.prune_every)
         if self.handover not in HANDOVERS:
             raise ValueError(f"handover must be one of {HANDOVERS}, got {self.handover!r}")
-        if self.scope not in SCOPES:
-            raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
+        for name, choices in (
+            ("scope", SCOPES),
+            ("target", TARGETS),
+            ("bc_init", BC_INITS),
+            ("optimizer_reset", OPTIMIZER_RESETS),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         self.block_schedule = schedule
 
     def step_of(self, fraction: float) -> int:
@@ -166,7 +202,8 @@ class GSTAction:
     block_size: int | None = None
     """New block size (block_circulant, transition) or the block size handed over (hand_over)."""
     sparsity: float | None = None
-    """Target sparsity of the stored values after the action (prune, hand_over)."""
+    """The target after the action (prune, hand_over): each layer's compression (``target="compression"``)
+    or its stored values' sparsity (``"stored"``); dense weights after the hand-over either way."""
     method: str | None = None
     """Transition method, or hand-over kind."""
 
@@ -191,9 +228,10 @@ class GSTHooks:
     after_prune: Callable[[dict[str, torch.Tensor]], None] | None = None
     """``after_prune(previous)``: called after the eligible layers were pruned, with their masks from
     before (by layer name; layers that had none are left out)."""
-    after_structure_change: Callable[[], None] | None = None
-    """``after_structure_change()``: called after a structural change (block-circulant on, a transition,
-    the hand-over), once the ``optimizers`` given to ``execute_`` were reset."""
+    after_structure_change: Callable[[list[torch.Tensor]], None] | None = None
+    """``after_structure_change(changed)``: called after a structural change (block-circulant on, a
+    transition, the hand-over), once the ``optimizers`` given to ``execute_`` had the state of ``changed``
+    (the module's parameters whose state is stale, see ``GSTConfig.optimizer_reset``) dropped."""
     after_action: Callable[[GSTAction, CompressionReport], None] | None = None
     """``after_action(action, report)``: called once the action is carried out (e.g. to record it)."""
 
@@ -255,7 +293,7 @@ class GSTSchedule:
         self.last_prune_step: int | None = None
         self.last_observe_step: int | None = None
         self.applied_sparsity = 0.0
-        self.latest_reward: float | None = None
+        """The target last applied (see :attr:`GSTAction.sparsity`)."""
         self.last_reports: dict[str, CompressionReport] = {}
         """The report of the last action of each kind carried out by :meth:`execute_`."""
 
@@ -283,17 +321,27 @@ class GSTSchedule:
             return "pruning"
         return "block_circulant+pruning" if step >= self.rise_step else "block_circulant"
 
-    def step(self, step: int, reward: float | None = None) -> list[GSTAction]:
+    def stored_sparsity(self, target: float, block_size: int | None) -> float:
+        """Return the sparsity of a layer's stored values that meets ``target`` (B-vectors when ``block_size``).
+
+        With ``target="compression"`` a block-circulant layer prunes ``max(0, 1 - B (1 - target))`` of its
+        vector entries, so it stores ``1 - target`` of its dense weights (or ``1/B`` if that is less).
+        """
+        if block_size is None or self.config.target == "stored":
+            return target
+        return max(0.0, 1.0 - block_size * (1.0 - target))
+
+    def step(self, step: int, scores: Iterable[float] = ()) -> list[GSTAction]:
         """Return the actions due at ``step`` (updating the reward-aware target); changes no module.
 
-        ``reward`` is the latest training reward (e.g. mean return of recent episodes) or None; the
-        controller sees the latest reward once per pruning update.
+        ``scores`` are the scores that finished since the last call, oldest first: episode returns in RL
+        (leave out a random warm-up's, see :meth:`counts_episode`), a validation accuracy per epoch in
+        classification. The controller decides on them once per pruning update.
         """
         if self.last_step is not None and step < self.last_step:
             raise ValueError(f"steps must not go back: got {step} after {self.last_step}")
         self.last_step = step
-        if reward is not None:
-            self.latest_reward = float(reward)
+        self.controller.add_scores(scores)
         config = self.config
         actions: list[GSTAction] = []
         if not self.started:
@@ -306,35 +354,51 @@ class GSTSchedule:
             size = transitions[self.transitions_done][1]
             actions.append(GSTAction(step, "transition", block_size=size, method=config.transition_method))
             self.transitions_done += 1
+            if config.target == "compression" and self.applied_sparsity > 0:
+                # the new block size stores more: prune its vectors back to the target now
+                actions.append(GSTAction(step, "prune", sparsity=self.applied_sparsity))
         handover = self.handover_step
         if not self.handed_over and handover is not None and step >= handover:
             self.handed_over = True
             size = config.block_schedule[-1][1]
-            s = self.applied_sparsity  # of the B-vectors; an exact hand-over keeps it for the dense weights
-            if config.handover == "keep_ratio":
-                s = self.controller.reset_target(1.0 - (1.0 - s) / size)
-            self.applied_sparsity = s
+            vectors = self.stored_sparsity(self.applied_sparsity, size)
+            # keep_ratio: the dense weights store what the vectors stored; exact: the vector mask expanded
+            s = 1.0 - (1.0 - vectors) / size if config.handover == "keep_ratio" else vectors
+            s = self.applied_sparsity = self.controller.reset_target(s)
             actions.append(GSTAction(step, "hand_over", block_size=size, sparsity=s, method=config.handover))
         if step < self.rise_step and (
             self.last_observe_step is None or step - self.last_observe_step >= config.prune_every
         ):  # before pruning: the reward trend the controller's trend guard compares with (our design)
             self.last_observe_step = step
-            self.controller.observe(self.latest_reward)
+            self.controller.observe()
         if step >= self.rise_step and (
             self.last_prune_step is None or step - self.last_prune_step >= config.prune_every
         ):
             self.last_prune_step = step
-            target = self.controller.update(self.latest_reward)
+            size = self.block_size_at(step)
+            if self.controller.updates == 0 and config.target == "compression" and size is not None:
+                # pruning begins in the block-circulant phase: the layers already store 1/B
+                self.controller.reset_target(max(self.controller.target, 1.0 - 1.0 / size))
+            target = self.controller.update()
             if target != self.applied_sparsity:
                 self.applied_sparsity = target
                 actions.append(GSTAction(step, "prune", sparsity=target))
         return actions
 
+    def counts_episode(self, end_step: int, length: int) -> bool:
+        """Return whether an episode that ended at ``end_step`` after ``length`` steps is a score to judge by.
+
+        The episodes rule leaves out episodes that began before ``start_step`` (an off-policy algorithm's
+        random warm-up, a policy no pruning decision should be compared with); the windowed rule of earlier
+        rlq versions counted every episode.
+        """
+        return self.config.sparsity.rule == "windowed" or end_step - length >= self.config.start_step
+
     def apply_(
         self,
         module: nn.Module,
         step: int,
-        reward: float | None = None,
+        scores: Iterable[float] = (),
         optimizers: Sequence[torch.optim.Optimizer] = (),
         *,
         layers: Sequence[str] | None = None,
@@ -342,7 +406,7 @@ class GSTSchedule:
         hooks: GSTHooks | None = None,
     ) -> list[GSTAction]:
         """Return the actions due at ``step`` after carrying each out on ``module`` with :meth:`execute_`."""
-        actions = self.step(step, reward)
+        actions = self.step(step, scores)
         for action in actions:
             self.execute_(module, action, optimizers, layers=layers, chains=chains, hooks=hooks)
         return actions
@@ -359,23 +423,26 @@ class GSTSchedule:
     ) -> CompressionReport:
         """Return the report of carrying out one ``action`` on ``module`` in place.
 
-        - ``block_circulant``: the eligible layers become block-circulant (B-vectors projected).
+        - ``block_circulant``: the eligible layers become block-circulant (B-vectors projected, then scaled
+          back to each layer's Frobenius norm with ``bc_init="scaled"``).
         - ``transition``: every block-circulant layer changes its block size; ``"exact"`` splits each chain
           (each network of ``config.networks``, checked to be one ``nn.Sequential``, or each of ``chains``),
           ``"projection"`` re-projects each layer.
         - ``hand_over``: every block-circulant layer becomes dense (its vector mask expanded); with
           ``"keep_ratio"`` the eligible layers are then pruned to the action's sparsity. The report lists
           the layers handed over.
-        - ``prune``: the eligible layers' stored values are magnitude-pruned to the action's sparsity.
+        - ``prune``: the eligible layers' stored values are magnitude-pruned to meet the action's target
+          (:meth:`stored_sparsity` per layer).
 
         Eligible layers are ``layers`` (qualified names) when given, else those of
         :func:`rlq.compress.eligible_layers` with ``config.skip_first_last`` and ``config.networks``; given
         layers that are block-circulant already stay as they are. Transitions and the hand-over act on every
         block-circulant layer of ``module``. After a structural change (every kind but ``prune``) the state
-        ``optimizers`` hold for the module's parameters is reset (shapes or unit order changed).
+        ``optimizers`` hold for the module's changed parameters (``config.optimizer_reset``) is reset.
         """
         hooks = hooks or GSTHooks()
         where = self._where(layers)
+        before = None if action.kind == "prune" else _snapshot(module)
         if action.kind == "block_circulant":
             report = self._block_circulant_(module, action.block_size, layers, hooks)
         elif action.kind == "transition":
@@ -386,10 +453,15 @@ class GSTSchedule:
             report = self._prune_(module, action.sparsity, where, hooks)
         else:
             raise ValueError(f"unknown action kind {action.kind!r}")
-        if action.kind != "prune":
+        if before is not None:
+            changed = (
+                list(module.parameters())
+                if self.config.optimizer_reset == "all"
+                else _changed_parameters(module, before)
+            )
             for optimizer in optimizers:
-                reset_optimizer_state_(optimizer, module.parameters())
-            _call(hooks.after_structure_change)
+                reset_optimizer_state_(optimizer, changed)
+            _call(hooks.after_structure_change, changed)
         self.last_reports[action.kind] = report
         _call(hooks.after_action, action, report)
         return report
@@ -405,10 +477,11 @@ class GSTSchedule:
     ) -> CompressionReport:
         if layers is not None:  # a run resumed into a fresh schedule: what is block-circulant stays so
             layers = [name for name in layers if not is_block_circulant(module.get_submodule(name))]
-        report = block_circulant_(module, block_size, **self._where(layers))
+        init = self.config.bc_init
+        report = block_circulant_(module, block_size, init=init, **self._where(layers))
         if hooks.mirror_layer is not None:
             for name in report.compressed:
-                hooks.mirror_layer(name, partial(make_block_circulant_, block_size=block_size))
+                hooks.mirror_layer(name, partial(make_block_circulant_, block_size=block_size, init=init))
         return report
 
     def _transition_(
@@ -434,16 +507,27 @@ class GSTSchedule:
         return report
 
     def _prune_(
-        self, module: nn.Module, sparsity: float, where: dict[str, Any], hooks: GSTHooks
+        self, module: nn.Module, target: float, where: dict[str, Any], hooks: GSTHooks
     ) -> CompressionReport:
+        named = eligible_layers(module, **where)
         previous = None
         if hooks.after_prune is not None:
             previous = {
                 name: mask.clone()
-                for name, layer in eligible_layers(module, **where)
+                for name, layer in named
                 if (mask := mask_of(*stored_target(layer))) is not None
             }
-        report = magnitude_prune_(module, sparsity, scope=self.config.scope, **where)
+        groups: dict[float, list[str]] = {}  # layers by the stored sparsity that meets the target
+        for name, layer in named:
+            groups.setdefault(self.stored_sparsity(target, block_size_of(layer)), []).append(name)
+        if len(groups) <= 1:
+            report = magnitude_prune_(module, next(iter(groups), target), scope=self.config.scope, **where)
+        else:
+            report = CompressionReport()
+            for sparsity, names in groups.items():
+                part = magnitude_prune_(module, sparsity, scope=self.config.scope, **self._where(names))
+                report.compressed += part.compressed
+            report.covered_fraction = covered_fraction_of(module, report.compressed)
         _call(hooks.after_prune, previous)
         return report
 
@@ -457,7 +541,6 @@ class GSTSchedule:
             "last_prune_step": self.last_prune_step,
             "last_observe_step": self.last_observe_step,
             "applied_sparsity": self.applied_sparsity,
-            "latest_reward": self.latest_reward,
             "controller": self.controller.state_dict(),
             "config": {k: v for k, v in asdict(self.config).items() if k != "sparsity"},
         }
@@ -466,8 +549,21 @@ class GSTSchedule:
         """Restore the progress saved by :meth:`state_dict` (the module's compression is in its weights)."""
         for key in ("started", "transitions_done", "handed_over", "last_step", "last_prune_step"):
             setattr(self, key, state[key])
-        # absent in states saved before the trend guard
-        self.last_observe_step = state.get("last_observe_step")
+        self.last_observe_step = state["last_observe_step"]
         self.applied_sparsity = float(state["applied_sparsity"])
-        self.latest_reward = state["latest_reward"]
         self.controller.load_state_dict(state["controller"])
+
+
+def _snapshot(module: nn.Module) -> dict[int, torch.Tensor]:
+    """Return a copy of every parameter of ``module`` by identity (before a structural change)."""
+    return {id(p): p.detach().clone() for p in module.parameters()}
+
+
+def _changed_parameters(module: nn.Module, before: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+    """Return the parameters of ``module`` that are new or whose shape or values differ from ``before``."""
+    changed = []
+    for p in module.parameters():
+        old = before.get(id(p))
+        if old is None or old.shape != p.shape or not torch.equal(old, p.detach()):
+            changed.append(p)
+    return changed

@@ -3,21 +3,44 @@
 GST (Lee et al., arXiv 2101.09650) raises or holds its target sparsity according to the reward trend but
 does not publish the rule; :class:`RewardAwareSparsity` is OUR DESIGN, chosen to show that behaviour with
 every constant a documented parameter.
+
+Its input is a stream of scores, each of one finished unit of experience: an episode's return in RL, an
+epoch's validation accuracy in classification (:meth:`RewardAwareSparsity.add_scores`). Its decisions come
+at its own updates (:meth:`RewardAwareSparsity.update`, every ``prune_every`` steps in
+:class:`rlq.compress.GSTSchedule`). Two rules:
+
+- ``"episodes"`` (default): a rise is judged by the scores that finished *after* it. Each rise records the
+  reference, the mean of the last ``window`` scores before it; the target moves again only once
+  ``min_episodes`` new scores have finished since the last change, so an update interval shorter than an
+  episode cannot stack rises on a reward it has not seen. Then the mean of up to ``window`` of the new
+  scores is compared with the reference: within the tolerance the target rises again (and the reference
+  becomes the scores before this rise); below it the target backs off by ``backoff`` (holds when
+  ``backoff`` is 0) and the reference stays, so the target only rises again once the reward has come back
+  to the level it had before the harmful rise.
+- ``"windowed"``: the rule of earlier rlq versions, kept for the ablation that measures what the episodes
+  rule changes. At every update the mean of the last ``input_window`` scores is one input; the mean of the
+  last ``window`` inputs is compared with the best such mean so far. It cannot see a drop at the timescale
+  of its own changes when several updates fall within one episode (the inputs barely move between
+  updates), and its first reference may be a random warm-up policy's.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from rlq.core.validation import check_fraction, check_non_negative_int, check_positive_int
 
+RULES = ("episodes", "windowed")
+"""Decision rules of :class:`RewardAwareSparsity` (see the module docstring)."""
+
 
 @dataclass
 class RewardAwareConfig:
-    """Constants of :class:`RewardAwareSparsity` (our design; defaults suit an update per ~1% of training)."""
+    """Constants of :class:`RewardAwareSparsity` (our design)."""
 
     initial_sparsity: float = 0.0
     """Target before any update; must lie in [min_sparsity, max_sparsity]."""
@@ -26,26 +49,36 @@ class RewardAwareConfig:
     min_sparsity: float = 0.0
     """Backing off never goes below this."""
     step_size: float = 0.05
-    """Increase of the target per update while the reward holds (0.02-0.1)."""
+    """Increase of the target per rise (0.02-0.1)."""
     backoff: float = 0.05
     """Decrease of the target when the reward drops (0 only holds the target)."""
+    rule: str = "episodes"
+    """``"episodes"`` (judge each rise by the scores that finished after it) or ``"windowed"`` (the earlier
+    rule, for ablations); see the module docstring."""
     window: int = 5
-    """Number of most recent rewards averaged; the target stays put until the window is full."""
+    """``"episodes"``: scores averaged on each side of a comparison (3-10). ``"windowed"``: inputs averaged;
+    the target stays put until that many updates have had an input."""
+    min_episodes: int = 3
+    """``"episodes"`` only: new scores needed since the last change before the target moves again (at
+    least 1; 2-5 for RL episodes, 1 for one accuracy per epoch)."""
     tolerance: float = 0.05
-    """A drop counts when the windowed reward falls below the reference by more than
+    """A drop counts when the new scores' mean falls below the reference by more than
     ``max(tolerance * |reference|, abs_tolerance)`` (relative part: 0.02-0.2)."""
     abs_tolerance: float = 0.0
     """Absolute part of the tolerance, for rewards near zero (in reward units)."""
     cooldown: int = 2
-    """Updates after a back-off during which the target is held whatever the reward."""
+    """``"windowed"`` only: updates after a back-off during which the target is held whatever the reward."""
+    input_window: int = 10
+    """``"windowed"`` only: latest scores averaged into each update's input (earlier rlq: the callback's
+    ``reward_window``)."""
     trend_ratio: float = 0.0
-    """Trend guard (OUR DESIGN, issue 14), 0 switches it off: the target also holds while the reward rises
-    more slowly than ``trend_ratio`` times it rose before pruning began (0.3-0.7). Pruning that slows a
+    """Trend guard (OUR DESIGN), 0 switches it off: the target also holds while the reward rises more
+    slowly than ``trend_ratio`` times it rose before pruning began (0.3-0.7). Pruning that slows a
     still-rising reward never makes it drop, so the drop rule alone does not see that harm."""
     trend_window: int = 10
-    """Rewards, one per update interval, that a trend (least-squares slope) is fitted over; the reference
-    trend is fitted over the last ``trend_window`` rewards :meth:`RewardAwareSparsity.observe` saw before
-    the first update."""
+    """Reward levels, one per update interval (the mean of the last ``window`` scores), that a trend
+    (least-squares slope) is fitted over; the reference trend is fitted over the last ``trend_window`` levels
+    :meth:`RewardAwareSparsity.observe` recorded before the first update."""
 
     def __post_init__(self) -> None:
         for name in ("initial_sparsity", "max_sparsity", "min_sparsity"):
@@ -61,66 +94,126 @@ class RewardAwareConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.step_size == 0:
             raise ValueError("step_size must be > 0, else the target never rises")
-        check_positive_int("window", self.window)
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
+        for name in ("window", "min_episodes", "input_window"):
+            check_positive_int(name, getattr(self, name))
         if check_positive_int("trend_window", self.trend_window) < 2:
             raise ValueError(f"trend_window must be >= 2 (a slope needs two points), got {self.trend_window}")
         check_non_negative_int("cooldown", self.cooldown)
 
 
 class RewardAwareSparsity:
-    """Target sparsity driven by the reward trend (OUR DESIGN: GST's rule is unpublished).
+    """Target sparsity driven by the reward (OUR DESIGN: GST's rule is unpublished).
 
-    Each :meth:`update` takes the latest training reward (e.g. the mean return of recent episodes) and
-    returns the new target:
+    Feed finished episodes' returns (or other scores) with :meth:`add_scores` as they come, and call
+    :meth:`update` at each pruning update; it returns the new target. The two rules are described in
+    :mod:`rlq.compress.reward_aware`. With either, a trend guard (``trend_ratio > 0``) can also hold the
+    target: before pruning begins the caller calls :meth:`observe` at the update interval, recording the
+    reward level; at the first update the least-squares slope of the last ``trend_window`` levels is
+    frozen as the reference trend, and afterwards a rise becomes a hold (decision ``hold_trend``) while the
+    slope of the last ``trend_window`` levels is below ``trend_ratio`` times a positive reference. It came
+    from an A2C Breakout ablation where the score kept rising after the hand-over, only more slowly than
+    dense training's, and the drop rule never fired.
 
-    1. The reward joins a window of the last ``window`` rewards; until the window is full the target holds.
-    2. The windowed mean ``m`` is compared with the reference ``best``, the highest windowed mean so far.
-    3. During a cooldown (``cooldown`` updates after a back-off) the target holds.
-    4. If ``m >= best - max(tolerance * |best|, abs_tolerance)`` the reward holds: the target rises by
-       ``step_size`` (capped at ``max_sparsity``).
-    5. Otherwise the reward dropped: the target falls by ``backoff`` (not below ``min_sparsity``) and a
-       cooldown starts. The reference stays the best level, so the target only rises again once the
-       reward has recovered to within the tolerance of it.
-    6. Trend guard (``trend_ratio > 0``): before pruning begins the caller feeds rewards to
-       :meth:`observe` at the update interval. At the first update the least-squares slope of the last
-       ``trend_window`` of them is frozen as the reference trend. Afterwards, when the reward holds (step
-       4) but the slope of the last ``trend_window`` rewards is below ``trend_ratio`` times a positive
-       reference, the target holds instead of rising (decision ``hold_trend``). Without a positive
-       reference (too few observations, or a reward that was not rising) the guard stays off.
-
-    Step 6 comes from the A2C Breakout ablation (issue 14): at 1.6M frames the reward-aware target went
-    from 0.5 to its 0.9 cap within 60k steps of the hand-over while the score kept rising, only more slowly
-    than dense's; the drop rule never fired. The guard lets the target rise only while learning keeps pace.
-
-    It is deterministic (no randomness) and its state can be saved with :meth:`state_dict`.
+    Decisions (:attr:`last_decision`): ``wait`` (too few new scores), ``rise``, ``at_max``, ``hold`` (a drop
+    with nothing to back off), ``backoff``, ``hold_trend``; the windowed rule also ``warmup``,
+    ``cooldown`` and ``no_reward``. It is deterministic and its state can be saved with :meth:`state_dict`.
     """
 
     def __init__(self, config: RewardAwareConfig | None = None):
         self.config = config or RewardAwareConfig()
-        self.target = float(self.config.initial_sparsity)
-        self.best: float | None = None
-        self.rewards: deque[float] = deque(maxlen=self.config.window)
-        self.cooldown_left = 0
+        config = self.config
+        self.target = float(config.initial_sparsity)
         self.updates = 0
-        self.history: deque[float] = deque(maxlen=self.config.trend_window)
-        self.reference_slope: float | None = None
         self.last_decision = "none"
-        """Last decision: ``warmup``, ``rise``, ``at_max``, ``hold_trend``, ``cooldown``, ``backoff`` or
-        ``no_reward``."""
+        self.recent: deque[float] = deque(maxlen=config.window)
+        """The last ``window`` scores."""
+        self.since: deque[float] = deque(maxlen=config.window)
+        """The last ``window`` scores that finished after the last change of the target."""
+        self.since_count = 0
+        """How many scores finished after the last change of the target."""
+        self.reference: float | None = None
+        """Episodes rule: the mean of the ``window`` scores before the last rise (None before the first)."""
+        self.inputs: deque[float] = deque(maxlen=config.input_window)
+        self.levels: deque[float] = deque(maxlen=config.window)
+        self.best: float | None = None
+        self.cooldown_left = 0
+        self.history: deque[float] = deque(maxlen=config.trend_window)
+        self.reference_slope: float | None = None
 
-    def observe(self, reward: float | None) -> None:
-        """Record a reward seen before pruning begins (the trend guard's reference); the target is unchanged."""
-        if reward is None:
-            return
-        reward = float(reward)
-        if not math.isfinite(reward):
-            raise ValueError(f"reward must be finite, got {reward}")
-        if self.updates == 0:
-            self.history.append(reward)
+    # ---- input
+
+    def add_scores(self, scores: Iterable[float]) -> None:
+        """Record scores (episode returns, accuracies) that finished since the last call, oldest first."""
+        for score in scores:
+            score = float(score)
+            if not math.isfinite(score):
+                raise ValueError(f"scores must be finite, got {score}")
+            self.recent.append(score)
+            self.since.append(score)
+            self.since_count += 1
+            self.inputs.append(score)
+
+    def level(self) -> float | None:
+        """Return the mean of the last ``window`` scores, or None before the first."""
+        return _mean(self.recent)
+
+    def observe(self) -> None:
+        """Record the reward level before pruning begins (the trend guard's reference); the target is unchanged."""
+        level = _mean(self.inputs) if self.config.rule == "windowed" else self.level()
+        if level is not None and self.updates == 0:
+            self.history.append(level)
 
     def trend_slope(self) -> float | None:
-        """Return the least-squares slope (reward per update) of the last ``trend_window`` rewards, or None."""
+        """Return the least-squares slope (reward per update) of the last ``trend_window`` levels, or None."""
         return _slope(self.history) if len(self.history) == self.config.trend_window else None
+
+    # ---- decisions
+
+    def update(self) -> float:
+        """Return the new target sparsity after a pruning update on the scores added so far."""
+        if self.config.rule == "windowed":
+            return self._update_windowed()
+        self._count_update()
+        level = self.level()
+        if level is not None:
+            self.history.append(level)
+        config = self.config
+        if self.since_count < config.min_episodes:
+            return self._decide("wait")
+        if self.reference is None:  # pruning begins: the scores so far are the level to keep
+            return self._rise()
+        threshold = max(config.tolerance * abs(self.reference), config.abs_tolerance)
+        if _mean(self.since) >= self.reference - threshold:
+            if self._too_slow():
+                return self._decide("hold_trend")
+            return self._rise() if self.target < config.max_sparsity else self._decide("at_max")
+        if config.backoff > 0 and self.target > config.min_sparsity:
+            self.target = round(max(config.min_sparsity, self.target - config.backoff), 12)
+            self._new_scores_from_here()
+            return self._decide("backoff")
+        return self._decide("hold")
+
+    def _count_update(self) -> None:
+        if self.updates == 0:  # the reference trend: what the reward did before pruning began
+            self.reference_slope = self.trend_slope()
+        self.updates += 1
+
+    def _rise(self) -> float:
+        self.reference = self.level()
+        # rounded: 0.6 + 0.1 + 0.1 + 0.1 is 0.8999999999999999, one more rise would "move" it to the cap
+        self.target = round(min(self.config.max_sparsity, self.target + self.config.step_size), 12)
+        self._new_scores_from_here()
+        return self._decide("rise")
+
+    def _new_scores_from_here(self) -> None:
+        self.since.clear()
+        self.since_count = 0
+
+    def _decide(self, decision: str) -> float:
+        self.last_decision = decision
+        return self.target
 
     def _too_slow(self) -> bool:
         config = self.config
@@ -129,81 +222,88 @@ class RewardAwareSparsity:
         slope = self.trend_slope()
         return slope is not None and slope < config.trend_ratio * self.reference_slope
 
-    def windowed_reward(self) -> float | None:
-        """Return the mean of the rewards in the window, or None while it is empty."""
-        return sum(self.rewards) / len(self.rewards) if self.rewards else None
-
-    def update(self, reward: float | None) -> float:
-        """Return the new target sparsity after seeing ``reward`` (None: no new reward, the target holds)."""
+    def _update_windowed(self) -> float:
+        """The ``"windowed"`` rule: the windowed mean of per-update inputs against its best so far."""
+        reward = _mean(self.inputs)
         if reward is None:
-            self.last_decision = "no_reward"
-            return self.target
-        reward = float(reward)
-        if not math.isfinite(reward):
-            raise ValueError(f"reward must be finite, got {reward}")
+            return self._decide("no_reward")
+        self._count_update()
         config = self.config
-        if self.updates == 0:  # the reference trend: what the reward did before pruning began
-            self.reference_slope = self.trend_slope()
-        self.updates += 1
-        self.rewards.append(reward)
+        self.levels.append(reward)
         self.history.append(reward)
-        if len(self.rewards) < config.window:
-            self.last_decision = "warmup"
-            return self.target
-        mean = self.windowed_reward()
+        if len(self.levels) < config.window:
+            return self._decide("warmup")
+        mean = _mean(self.levels)
         if self.best is None:
             self.best = mean
         if self.cooldown_left > 0:
             self.cooldown_left -= 1
             self.best = max(self.best, mean)
-            self.last_decision = "cooldown"
-            return self.target
+            return self._decide("cooldown")
         threshold = max(config.tolerance * abs(self.best), config.abs_tolerance)
         if mean >= self.best - threshold:
             self.best = max(self.best, mean)
             if self._too_slow():
-                self.last_decision = "hold_trend"
-                return self.target
+                return self._decide("hold_trend")
             rising = self.target < config.max_sparsity
             self.target = min(config.max_sparsity, self.target + config.step_size)
-            self.last_decision = "rise" if rising else "at_max"
-        else:
-            self.target = max(config.min_sparsity, self.target - config.backoff)
-            self.cooldown_left = config.cooldown
-            self.last_decision = "backoff"
-        return self.target
+            return self._decide("rise" if rising else "at_max")
+        self.target = max(config.min_sparsity, self.target - config.backoff)
+        self.cooldown_left = config.cooldown
+        return self._decide("backoff")
 
     def reset_target(self, target: float) -> float:
         """Return the target after setting it to ``target`` clipped to [min_sparsity, max_sparsity]."""
         self.target = min(self.config.max_sparsity, max(self.config.min_sparsity, float(target)))
         return self.target
 
+    # ---- checkpoints
+
     def state_dict(self) -> dict[str, Any]:
         """Return the controller's config and state as plain Python values (JSON-serialisable)."""
         return {
             "config": asdict(self.config),
             "target": self.target,
-            "best": self.best,
-            "rewards": list(self.rewards),
-            "cooldown_left": self.cooldown_left,
             "updates": self.updates,
             "last_decision": self.last_decision,
+            "recent": list(self.recent),
+            "since": list(self.since),
+            "since_count": self.since_count,
+            "reference": self.reference,
+            "inputs": list(self.inputs),
+            "levels": list(self.levels),
+            "best": self.best,
+            "cooldown_left": self.cooldown_left,
             "history": list(self.history),
             "reference_slope": self.reference_slope,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the config and state saved by :meth:`state_dict`."""
-        self.config = RewardAwareConfig(**state["config"])
+        missing = {"since_count", "inputs"} - set(state)
+        if missing:
+            raise ValueError(
+                f"the reward-aware state lacks {sorted(missing)}: it was saved by an earlier rlq whose "
+                "controller read windowed means, not scores; start the run again"
+            )
+        self.__init__(RewardAwareConfig(**state["config"]))
         self.target = float(state["target"])
-        self.best = state["best"]
-        self.rewards = deque(state["rewards"], maxlen=self.config.window)
-        self.cooldown_left = int(state["cooldown_left"])
         self.updates = int(state["updates"])
         self.last_decision = state["last_decision"]
-        # states saved before the trend guard existed have neither: the guard then stays off
-        self.history = deque(state.get("history", []), maxlen=self.config.trend_window)
-        self.reference_slope = state.get("reference_slope")
+        self.recent.extend(state["recent"])
+        self.since.extend(state["since"])
+        self.since_count = int(state["since_count"])
+        self.reference = state["reference"]
+        self.inputs.extend(state["inputs"])
+        self.levels.extend(state["levels"])
+        self.best = state["best"]
+        self.cooldown_left = int(state["cooldown_left"])
+        self.history.extend(state["history"])
+        self.reference_slope = state["reference_slope"]
+
+
+def _mean(values: deque[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _slope(values: deque[float] | list[float]) -> float:

@@ -32,15 +32,17 @@ module supplies what only SB3 knows, as :class:`rlq.compress.gst.GSTHooks` and l
   same way), so polyak averaging continues without a hard update; since parameters keep their order and
   shapes match, ``polyak_update`` stays aligned and pruned target weights stay exactly zero.
 - **Optimizers.** Every transform keeps Parameter objects, so the optimizers still hold the live
-  parameters. After a structural change (block-circulant on, a transition, the hand-over) all optimizer
-  state of the policy is reset, since moments of the old shapes or unit order no longer fit; a pruning
-  update keeps it (masked entries get zero gradients). The state of masked entries is parked (first
+  parameters. After a structural change (block-circulant on, a transition, the hand-over) the optimizer
+  state of the parameters the change touched is reset, since moments of the old shapes or unit order no
+  longer fit (GST's ``optimizer_reset``: ``"changed"`` by default, ``"all"`` drops every parameter's); a
+  pruning update keeps it (masked entries get zero gradients). The state of masked entries is parked (first
   moments 0, second moments 1) at every mask change, after every reset and every ``park_every`` steps:
   the weights trained are the same, but ``torch.sqrt`` of the zeros Adam would otherwise hold there is
   5x slower on CPU (see :mod:`rlq.compress.optimizer_state`).
-- **Reward.** Finished episodes are read from ``self.locals["infos"]`` (Monitor's ``"episode"`` entries);
-  the reward given to the controller is the mean return of the last ``reward_window`` episodes (None
-  until one has finished, and the target then holds).
+- **Reward.** Finished episodes are read from ``self.locals["infos"]`` (Monitor's ``"episode"`` entries).
+  GST's controller gets each finished episode's return as a score (those that began in an off-policy
+  algorithm's random warm-up left out, :meth:`rlq.compress.GSTSchedule.counts_episode`); the history's
+  ``mean_reward`` is the mean return of the last ``reward_window`` episodes.
 - **Compression ratio.** ``1 - stored / dense`` weights (biases excluded) over every Linear/Conv layer of
   the *online* networks. Target networks mirror them, so the ratio over the whole policy, targets
   included, is the same number. :meth:`CompressionCallback.average_compression_ratio` averages it over
@@ -169,6 +171,8 @@ class CompressionCallback(BaseCallback):
         self._last_log: int | None = None
         self._last_park: int | None = None
         self._park_pending = False
+        self._finished: list[tuple[float, int]] = []
+        """``(return, length)`` of the episodes that finished at this step (read by :meth:`_act`)."""
         self.cache_rollouts = bool(cache_rollouts)
         self._rollout_cache: Any = None
 
@@ -188,10 +192,12 @@ class CompressionCallback(BaseCallback):
             self._log("start")
 
     def _on_step(self) -> bool:
-        for episode_return, _ in finished_episodes(self.locals.get("infos")):
+        self._finished = finished_episodes(self.locals.get("infos"))
+        for episode_return, _ in self._finished:
             self.returns.append(episode_return)
             self.episodes += 1
         acted = self._act()
+        self._finished = []
         if (
             self._park_pending
             or self._last_park is None
@@ -375,10 +381,10 @@ class CompressionCallback(BaseCallback):
         self._mirror_targets_()
         self._park_masked_state_(previous)
 
-    def _after_structure_change_(self) -> None:
-        """Check and mirror the targets' masks, then drop the optimizer state (shapes or unit order changed)."""
+    def _after_structure_change_(self, changed: Sequence[torch.Tensor] | None = None) -> None:
+        """Check and mirror the targets' masks, then drop the optimizer state of ``changed`` (None: all)."""
         self._mirror_targets_()
-        self._reset_optimizers_()
+        self._reset_optimizers_(changed)
 
     def _mirror_layer_(self, name: str, transform: Callable[[nn.Module], object]) -> None:
         """Apply ``transform``, which online layer ``name`` just went through, to its target twin, if any."""
@@ -438,11 +444,14 @@ class CompressionCallback(BaseCallback):
             elif current is None or not torch.equal(current, mask):
                 prune_with_mask_(dest, dest_name, mask.detach().clone())
 
-    def _reset_optimizers_(self) -> None:
-        """Drop all optimizer state of the policy after a structural change (shapes or unit order changed)."""
+    def _reset_optimizers_(self, changed: Sequence[torch.Tensor] | None = None) -> None:
+        """Drop the optimizer state of ``changed`` parameters (None: all of the policy's) after a structural change.
+
+        State of another shape than its parameter is dropped in any case (:func:`refresh_optimizers`).
+        """
         policy = self.model.policy
         for optimizer in optimizers(policy):
-            reset_optimizer_state_(optimizer)
+            reset_optimizer_state_(optimizer, changed)
         refresh_optimizers(policy)
         self._park_pending = True  # masked entries' fresh state starts at 0: park it once it exists
 

@@ -73,7 +73,11 @@ class GSTCallback(CompressionCallback):
     - ``prune_every``: environment steps between updates of the reward-aware target.
     - ``handover``: ``"keep_ratio"`` (compression continuous) or ``"exact"`` (function continuous).
     - ``sparsity``: a :class:`rlq.compress.RewardAwareConfig` or a dict of its fields (max_sparsity,
-      step_size, backoff, window, tolerance, abs_tolerance, cooldown).
+      step_size, backoff, rule, window, min_episodes, tolerance, abs_tolerance, ...); the controller reads
+      every finished episode's return.
+    - ``target``, ``bc_init``, ``optimizer_reset``: what the target means, the B-vectors at the start and
+      which optimizer state a structural change drops (defaults: ``"compression"``, ``"scaled"``,
+      ``"changed"``; the other values restore earlier rlq behaviour, for ablations).
     - ``skip_first_last``, ``scope``: which layers, and per-layer or global magnitude ranking.
 
     ``networks`` is chosen by the callback from the SB3 policy (leave it at its default). Other knobs:
@@ -126,7 +130,7 @@ class GSTCallback(CompressionCallback):
     def _act(self) -> bool:
         schedule = self.schedule
         updates = schedule.controller.updates, schedule.last_prune_step
-        actions = schedule.step(self.num_timesteps, self.mean_reward)
+        actions = schedule.step(self.num_timesteps, self._scores())
         if actions:
             layers, hooks = self._require_layers(), self._gst_hooks()
             with self._changing_structure():
@@ -138,6 +142,11 @@ class GSTCallback(CompressionCallback):
         elif (schedule.controller.updates, schedule.last_prune_step) != updates:
             self._log("hold")  # the target was updated and did not change: show the pause in the history
         return bool(actions) or self._last_log == self.num_timesteps
+
+    def _scores(self) -> list[float]:
+        """Return the returns of the episodes that finished at this step and count for the controller."""
+        step = self.num_timesteps
+        return [r for r, length in self._finished if self.schedule.counts_episode(step, length)]
 
     def _gst_hooks(self) -> GSTHooks:
         """Return what the schedule cannot know of an SB3 policy: its targets, optimizers and event table."""

@@ -6,6 +6,7 @@ interface :func:`rlq.vision.train_classifier` calls (:class:`CompressionSchedule
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from torch import nn
@@ -27,7 +28,7 @@ class CompressionSchedule(Protocol):
     """What :func:`train_classifier` needs of a schedule (:class:`GSTSchedule` and :class:`GradualPruning` fit)."""
 
     def apply_(
-        self, module: nn.Module, step: int, reward: float | None = None, optimizers: Any = ()
+        self, module: nn.Module, step: int, scores: Iterable[float] = (), optimizers: Any = ()
     ) -> list[GSTAction]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -58,9 +59,10 @@ def make_schedule(
     ``"gst"``: block-circulant with ``block_size`` from step 0 (optionally re-projected to
     ``late_block_size`` at ``transition_at``; the exact, permutation-based transition does not apply to
     residual networks, whose channels are tied by the shortcuts), handed over to pruning at ``bc_end``,
-    with S_shift = ``s_shift``; the reward-aware target (validation accuracy, read once per epoch) rises by
-    ``step_size`` while the windowed accuracy stays within ``tolerance`` (absolute, 0.01 = 1 %p) of its best,
-    up to ``max_sparsity``. ``"pruning"``: Zhu & Gupta's gradual magnitude pruning from ``prune_start`` to
+    with S_shift = ``s_shift``; the reward-aware target (each layer's compression; the validation accuracy
+    is its score, one per epoch) rises by ``step_size`` while the accuracy of the epoch after a rise stays
+    within ``tolerance`` (absolute, 0.01 = 1 %p) of the mean of the ``window`` epochs before it, up to
+    ``max_sparsity``, and backs off by ``step_size`` otherwise. ``"pruning"``: Zhu & Gupta's gradual magnitude pruning from ``prune_start`` to
     ``prune_end`` to ``final_sparsity``, updated once per epoch. Both keep the first and last layer dense
     (``networks="whole"``).
     """
@@ -88,7 +90,7 @@ def make_schedule(
         window=window,
         tolerance=0.0,
         abs_tolerance=tolerance,
-        cooldown=1,
+        min_episodes=1,  # one accuracy per epoch: each epoch's score judges the last change
     )
     config = GSTConfig(
         total_steps=total_steps,

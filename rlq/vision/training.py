@@ -1,7 +1,7 @@
 """Training an image classifier under a compression schedule (GST or gradual pruning), with checkpoints and resume.
 
 :func:`train_classifier` is a plain SGD loop (He et al. 2016's CIFAR recipe by default) that calls a
-schedule's ``apply_(model, step, reward, optimizers)`` before every optimizer step, the same interface as
+schedule's ``apply_(model, step, scores, optimizers)`` before every optimizer step, the same interface as
 :class:`rlq.compress.GSTSchedule`. The reward GST's reward-aware controller sees is the validation accuracy
 measured at the end of each epoch (higher is better), so compression rises while accuracy holds. The
 baseline :class:`rlq.compress.GradualPruning` is Zhu & Gupta's cubic schedule behind the same interface.
@@ -349,7 +349,8 @@ def _train_epoch(
     """Return the training columns of one epoch's history row after training on ``batches``."""
     loss_sum, correct, seen = 0.0, 0, 0
     for images, labels in batches:
-        if schedule is not None and schedule.apply_(model, state.step, state.reward, [optimizer]):
+        scores = () if state.reward is None else (state.reward,)
+        if schedule is not None and schedule.apply_(model, state.step, scores, [optimizer]):
             state.ratio = compression_ratio(model)
         state.reward = None  # each new accuracy reaches the schedule once
         for group in optimizer.param_groups:

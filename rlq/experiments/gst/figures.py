@@ -203,11 +203,11 @@ def gst_schedule_figure(
 
 
 REWARD_TRACE = [10.0 + i for i in range(15)] + [8.0] * 8 + [26.0 + i for i in range(12)]
-"""A scripted training reward: rising for 15 updates, dropped for 8, then back above its best for 12."""
+"""A scripted stream of episode returns: rising for 15 episodes, dropped for 8, then back above its best for 12."""
 
 
 def reward_aware_demo_figure(sparsity: dict[str, Any], max_sparsity: float = 0.9) -> go.Figure:
-    """Return GST's reward-aware target fed :data:`REWARD_TRACE`, one update per point, with the constants ``sparsity``.
+    """Return GST's reward-aware target fed :data:`REWARD_TRACE`, one episode and one update per point.
 
     ``sparsity`` holds :class:`rlq.compress.RewardAwareConfig` fields (a notebook's ``settings["gst"]["sparsity"]``);
     the cap is ``max_sparsity``, so the rise, the back-off and the pause all show.
@@ -215,13 +215,18 @@ def reward_aware_demo_figure(sparsity: dict[str, Any], max_sparsity: float = 0.9
     from rlq.compress import RewardAwareConfig, RewardAwareSparsity
 
     controller = RewardAwareSparsity(RewardAwareConfig(**{**sparsity, "max_sparsity": max_sparsity}))
-    targets = [controller.update(r) for r in REWARD_TRACE]
+    targets = []
+    for score in REWARD_TRACE:
+        controller.add_scores([score])
+        targets.append(controller.update())
     updates = list(range(len(REWARD_TRACE)))
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_scatter(x=updates, y=targets, name="target sparsity", line_shape="hv")
-    fig.add_scatter(x=updates, y=REWARD_TRACE, name="scripted reward", secondary_y=True, line_dash="dot")
+    fig.add_scatter(
+        x=updates, y=REWARD_TRACE, name="scripted episode return", secondary_y=True, line_dash="dot"
+    )
     fig.update_layout(
-        title="Reward-aware target on a scripted reward trace", template=TEMPLATE, xaxis_title="update"
+        title="Reward-aware target on scripted episode returns", template=TEMPLATE, xaxis_title="episode"
     )
     fig.update_yaxes(title_text="target sparsity", secondary_y=False)
     fig.update_yaxes(title_text="reward", secondary_y=True)

@@ -20,6 +20,29 @@ MAX_BUFFER_SIZE = 1_000_000
 LOG_POINTS = 200
 """History rows a GST run logs between its schedule's events (``log_every`` is ``total_timesteps // LOG_POINTS``)."""
 
+EARLIER_GST = {
+    "target": "stored",
+    "bc_init": "projection",
+    "optimizer_reset": "all",
+    "sparsity": {"rule": "windowed", "backoff": 0.0},
+}
+"""The GST settings of earlier rlq versions, each one of four design defects behind its reward loss: a target
+on the B-vectors that over-compresses before the hand-over, a controller fed a windowed mean that cannot see
+a drop at the timescale of its own changes (it never backed off: ``backoff`` 0), every optimizer state
+dropped at each structural change, and a projection that shrinks the fresh initialisation by about sqrt(B)."""
+
+FIXES = {
+    "cap": {"target": "compression"},
+    "controller": {"sparsity": {"rule": "episodes"}},
+    "optimizer": {"optimizer_reset": "changed"},
+    "init": {"bc_init": "scaled"},
+}
+"""Each fix of :data:`EARLIER_GST` by itself (the controller's takes the notebook's ``sparsity_backoff``)."""
+
+ABLATION_ARMS = {"gst_none": {}} | {f"gst_only_{name}": fix for name, fix in FIXES.items()}
+"""GST variants of the ablation, by method name: the earlier settings (``gst_none``), and each fix alone on
+top of them (``gst_only_<fix>``); plain ``gst`` has every fix."""
+
 
 # --------------------------------------------------------------------------------------------------------
 # Settings: one rule for every GST notebook
@@ -41,15 +64,18 @@ def compression_settings(
     learning_starts: int = 0,
     trend_ratio: float = 0.0,
     trend_window: int = 10,
+    min_episodes: int = 3,
 ) -> dict[str, dict[str, Any]]:
     """Return ``{"gst": ..., "pruning": ...}``: the settings of :class:`GSTCallback` and :class:`GradualPruningCallback`.
 
     One rule for every GST notebook, from its parameters:
 
     - GST updates its reward-aware target every ``total_timesteps // prune_updates`` environment steps, and
-      its target is capped at ``max_sparsity``, rising by ``sparsity_step`` while the windowed reward stays
-      within ``reward_tolerance`` (relative) or ``reward_abs_tolerance`` (absolute) of its best, falling by
-      ``sparsity_backoff`` when it drops. ``s_shift`` and ``transition_method`` are left out when None (a
+      its target (each layer's compression) is capped at ``max_sparsity``, rising by ``sparsity_step`` while
+      the returns of the episodes after the last rise stay within ``reward_tolerance`` (relative) or
+      ``reward_abs_tolerance`` (absolute) of the level before it, falling by ``sparsity_backoff`` when they
+      drop; it moves again only once ``min_episodes`` new episodes have finished
+      (:class:`rlq.compress.RewardAwareConfig`). ``s_shift`` and ``transition_method`` are left out when None (a
       sweep sets them per run). ``trend_ratio > 0`` adds the trend guard (our design,
       :class:`rlq.compress.RewardAwareConfig`): the target also holds while the reward rises more slowly
       than ``trend_ratio`` times its pace before pruning began, fitted over ``trend_window`` updates.
@@ -77,6 +103,7 @@ def compression_settings(
             "tolerance": reward_tolerance,
             "abs_tolerance": reward_abs_tolerance,
             "backoff": sparsity_backoff,
+            "min_episodes": check_positive_int("min_episodes", min_episodes),
         },
     }
     # only when on: run folders trained without the guard keep resuming with the same settings
@@ -123,6 +150,20 @@ def td3_hyperparams(
 # Jobs: which runs a notebook trains
 
 
+def arm_settings(method: str, gst: dict[str, Any]) -> dict[str, Any]:
+    """Return the GST settings of ablation arm ``method`` (:data:`ABLATION_ARMS`): ``gst`` with the earlier
+    settings, then the arm's fix, laid over it (the ``sparsity`` dicts merged key by key)."""
+    if method not in ABLATION_ARMS:
+        raise ValueError(f"unknown GST ablation arm {method!r}; choose one of {sorted(ABLATION_ARMS)}")
+    merged = dict(gst)
+    for layer in (EARLIER_GST, ABLATION_ARMS[method]):
+        merged |= {k: v for k, v in layer.items() if k != "sparsity"}
+        merged["sparsity"] = {**merged.get("sparsity", {}), **layer.get("sparsity", {})}
+    if method == "gst_only_controller":  # the fixed controller backs off as plain GST does
+        merged["sparsity"]["backoff"] = gst.get("sparsity", {}).get("backoff", 0.05)
+    return merged
+
+
 def method_jobs(
     out: str | Path,
     *,
@@ -133,6 +174,7 @@ def method_jobs(
     settings: dict[str, dict[str, Any]],
     label_env: bool = False,
     log_points: int = LOG_POINTS,
+    method_seeds: dict[str, Sequence[int]] | None = None,
     **job: Any,
 ) -> list[dict[str, Any]]:
     """Return one :func:`train_and_evaluate` job per task, seed and method (in that nesting), each in its own folder.
@@ -140,12 +182,24 @@ def method_jobs(
     ``settings`` is :func:`compression_settings`'s result; ``job`` holds the arguments every run shares
     (``algo``, ``n_envs``, ``hyperparams``, ``eval_episodes``, ...). A run's folder is
     ``out/runs/<method>__<seed>``, with ``label_env`` ``out/runs/<env id>__<method>__<seed>`` and the env id
-    among the ``keys`` columns of its tables (else ``seed`` and ``method`` only).
+    among the ``keys`` columns of its tables (else ``seed`` and ``method`` only). ``method_seeds`` gives a
+    method its own seeds (a subset of ``seeds``, e.g. pruning's deterministic compression needs fewer).
+    A method of :data:`ABLATION_ARMS` trains GST with :func:`arm_settings`.
     """
+    method_seeds = dict(method_seeds or {})
+    for method, subset in method_seeds.items():
+        if method not in methods or not set(subset) <= set(seeds):
+            raise ValueError(
+                f"method_seeds[{method!r}] = {list(subset)} must name a method of {list(methods)} and a subset "
+                f"of seeds {list(seeds)}"
+            )
     jobs = []
     for env_id in env_ids:
         for seed in seeds:
             for method in methods:
+                if seed not in method_seeds.get(method, seeds):
+                    continue
+                arm = method in ABLATION_ARMS
                 keys = (
                     {"env_id": env_id, "seed": seed, "method": method}
                     if label_env
@@ -154,13 +208,13 @@ def method_jobs(
                 folder = f"{env_id}__{method}__{seed}" if label_env else f"{method}__{seed}"
                 jobs.append(
                     dict(
-                        method=method,
+                        method="gst" if arm else method,
                         env_id=env_id,
                         total_timesteps=total_timesteps,
                         seed=seed,
                         keys=keys,
                         run_dir=Path(out) / "runs" / folder,
-                        gst=settings["gst"],
+                        gst=arm_settings(method, settings["gst"]) if arm else settings["gst"],
                         pruning=settings["pruning"],
                         log_every=max(1, total_timesteps // log_points),
                         **job,
