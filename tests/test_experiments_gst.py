@@ -344,3 +344,44 @@ def test_seed_estimates_pair_seeds_and_measure_the_drop_against_dense():
     assert got["score_iqm_pruning"]["value"] == pytest.approx(95.0)
     # a method not run leaves its numbers out
     assert "gap_gst_minus_pruning_pp" not in seed_estimates(summary[summary["method"] != "pruning"], reps=50)
+
+
+def earlier_gst_config(**overrides) -> GSTConfig:
+    """The GST settings the committed earlier HalfCheetah runs trained with (their params.json), as a config."""
+    from rlq.compress import RewardAwareConfig
+    from rlq.core.jsonio import read_json
+    from rlq.experiments.results import committed_dir
+
+    p = read_json(committed_dir("gst_td3_mujoco", "earlier_gst") / "params.json")
+    knobs = {k: p[k] for k in ("max_sparsity", "sparsity_step", "reward_tolerance", "sparsity_backoff")}
+    gst = compression_settings(
+        p["total_timesteps"], learning_starts=p["learning_starts"], prune_updates=p["prune_updates"],
+        block_schedule=p["block_schedule"], bc_end=p["bc_end"], s_shift=p["s_shift"], **knobs,
+    )["gst"]  # fmt: skip
+    gst = {**arm_settings("gst_none", gst), **overrides}
+    sparsity = RewardAwareConfig(**gst.pop("sparsity"))
+    return GSTConfig(total_steps=p["total_timesteps"], start_step=p["learning_starts"], sparsity=sparsity, **gst)
+
+
+def test_replaying_the_earlier_runs_episodes_reproduces_their_logged_decisions_and_the_new_rule_backs_off():
+    from rlq.compress.gst import replay_decisions
+
+    curve = load_committed("gst_td3_mujoco", "earlier_gst", "curve")
+    logged = load_committed("gst_td3_mujoco", "earlier_gst", "history")
+    earlier, new = earlier_gst_config(), earlier_gst_config(
+        target="compression", sparsity={"backoff": 0.05, "min_episodes": 2}
+    )
+    backoffs = 0
+    for seed, episodes in curve.groupby("seed"):
+        stream = list(episodes[["timestep", "episode_return", "episode_length"]].itertuples(index=False))
+        replay = pd.DataFrame(replay_decisions(earlier, stream)).set_index("step")
+        updates = logged[(logged["seed"] == seed) & (logged["step"] >= earlier.step_of(0.125))]
+        updates = updates[updates["event"] != "end"].drop_duplicates("step", keep="last").set_index("step")
+        assert len(updates) == 74 and list(replay.index[1:]) == list(updates.index)
+        assert replay.loc[updates.index, "decision"].tolist() == updates["decision"].tolist()
+        assert replay.loc[updates.index, "target"].tolist() == pytest.approx(updates["target_sparsity"].tolist())
+        assert set(updates["decision"]) == {"warmup", "rise", "at_max"}  # it only ever rose
+        decisions = [row["decision"] for row in replay_decisions(new, stream)]
+        assert "warmup" not in decisions and decisions.count("rise") <= 5
+        backoffs += decisions.count("backoff")
+    assert backoffs >= 1  # seed 0's dip after the cap (14k-17k steps) is seen
