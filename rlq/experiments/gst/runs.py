@@ -174,7 +174,8 @@ def train_and_evaluate(
         torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
     run = train_compressed(method, algo, env_id, total_timesteps, seed=seed, **train_kwargs)
     keys = dict(keys or {})
-    summary = {**keys, **run.summary(last_episodes=last_episodes)}
+    # the keys name the run (an ablation arm trains method "gst" under its own name): they win
+    summary = {**keys, **{k: v for k, v in run.summary(last_episodes=last_episodes).items() if k not in keys}}
     if eval_episodes:
         result = evaluate(
             run.model,
