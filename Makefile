@@ -8,12 +8,12 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# torch 2.13.0 (CPU, from local disk) first; then rlq[dev] constrained so nothing swaps torch for a CUDA build.
+# torch 2.13.0 (CPU, from local disk) first; then rlq[all,dev] constrained so nothing swaps torch for a CUDA build.
 $(STAMP): pyproject.toml constraints.txt setup.py $(wildcard rlq/*/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rlq)" >/dev/null
 	touch $(STAMP)
 

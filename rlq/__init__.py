@@ -10,8 +10,9 @@ from typing import Any
 __version__ = "0.1.0"
 __all__ = ["claims", "record", "stats", "__version__"]
 
-_LAZY_MODULES = {"stats": "rlq.experiments.stats", "claims": "rlq.experiments.claims"}
-"""``rlq.stats`` (interval estimates over seeds) and ``rlq.claims`` (each claim's rule), imported on first use."""
+_LAZY_MODULES = {"stats": "rlq.stats", "claims": "rlq.claims"}
+"""``rlq.stats`` (interval estimates over seeds) and ``rlq.claims`` (each claim's rule), imported on first use
+as attributes of ``rlq``; ``import rlq.stats`` works as for any module."""
 
 
 def __getattr__(name: str) -> Any:

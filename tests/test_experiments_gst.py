@@ -360,7 +360,9 @@ def earlier_gst_config(**overrides) -> GSTConfig:
     )["gst"]  # fmt: skip
     gst = {**arm_settings("gst_none", gst), **overrides}
     sparsity = RewardAwareConfig(**gst.pop("sparsity"))
-    return GSTConfig(total_steps=p["total_timesteps"], start_step=p["learning_starts"], sparsity=sparsity, **gst)
+    return GSTConfig(
+        total_steps=p["total_timesteps"], start_step=p["learning_starts"], sparsity=sparsity, **gst
+    )
 
 
 def test_replaying_the_earlier_runs_episodes_reproduces_their_logged_decisions_and_the_new_rule_backs_off():
@@ -368,8 +370,9 @@ def test_replaying_the_earlier_runs_episodes_reproduces_their_logged_decisions_a
 
     curve = load_committed("gst_td3_mujoco", "earlier_gst", "curve")
     logged = load_committed("gst_td3_mujoco", "earlier_gst", "history")
-    earlier, new = earlier_gst_config(), earlier_gst_config(
-        target="compression", sparsity={"backoff": 0.05, "min_episodes": 2}
+    earlier, new = (
+        earlier_gst_config(),
+        earlier_gst_config(target="compression", sparsity={"backoff": 0.05, "min_episodes": 2}),
     )
     backoffs = 0
     for seed, episodes in curve.groupby("seed"):
@@ -379,7 +382,9 @@ def test_replaying_the_earlier_runs_episodes_reproduces_their_logged_decisions_a
         updates = updates[updates["event"] != "end"].drop_duplicates("step", keep="last").set_index("step")
         assert len(updates) == 74 and list(replay.index[1:]) == list(updates.index)
         assert replay.loc[updates.index, "decision"].tolist() == updates["decision"].tolist()
-        assert replay.loc[updates.index, "target"].tolist() == pytest.approx(updates["target_sparsity"].tolist())
+        assert replay.loc[updates.index, "target"].tolist() == pytest.approx(
+            updates["target_sparsity"].tolist()
+        )
         assert set(updates["decision"]) == {"warmup", "rise", "at_max"}  # it only ever rose
         decisions = [row["decision"] for row in replay_decisions(new, stream)]
         assert "warmup" not in decisions and decisions.count("rise") <= 5

@@ -46,8 +46,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "rlq.faces": _BELOW_EXPERIMENTS | {"rlq.experiments", "rlq.faces"},
 }
 
-#: modules exempt from the rules (the package root only re-exports, lazily)
-EXEMPT = {"rlq"}
+#: modules exempt from the rules: the package root and its public aliases of rlq.experiments modules
+#: (``rlq.stats``, ``rlq.claims``) only re-export
+EXEMPT = {"rlq", "rlq.stats", "rlq.claims"}
 #: what importing the root ``rlq`` itself counts as (its ``record`` is rlq.experiments.runs.record)
 ROOT_COUNTS_AS = "rlq.experiments"
 

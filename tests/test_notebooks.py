@@ -234,6 +234,14 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
     assert not absent, f"{name}: results.json lacks headline keys {absent}; it holds {sorted(results)}"
     bad = {key: results[key] for key in HEADLINE_KEYS[name] if not_finite(results[key])}
     assert not bad, f"{name}: headline numbers not finite at quick: {bad}"
+    if name == "gst_td3_mujoco":  # every training writes TensorBoard events into its run folder
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(run_dir / "runs" / "Pendulum-v1__gst__0" / "sb3")).Reload().Tags()
+        wanted = {"rollout/ep_rew_mean", "train/actor_loss", "time/fps", "compression/ratio",
+                  "compression/target_sparsity", "gst/block_size"}  # fmt: skip
+        assert wanted <= set(events["scalars"]), events["scalars"]
+        assert "gst/decision/text_summary" in events["tensors"]
     if name == "baseline_rl":
         # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
         assert results["final_mean_return"] > max(150, 5 * results["random_mean_return"])

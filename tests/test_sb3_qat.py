@@ -376,3 +376,22 @@ def test_quantizing_the_vectors_of_a_block_circulant_layer_gives_the_dense_bits(
                 for p in module.parameters():
                     p.sub_(0.05 * p.grad)
     assert any(v is not None for v in calls)  # the vectors path ran
+
+
+def test_qat_state_reaches_tensorboard_through_sb3s_logger(tmp_path):
+    """qat/bits and qat/active are recorded with SB3's own keys, into the events file of the run folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlq.rl.agents import train_agent
+
+    env_id, hyper = "Pendulum-v1", {"learning_starts": 40, "buffer_size": 500, "batch_size": 16,
+                                    "policy_kwargs": {"net_arch": [16, 16]}}  # fmt: skip
+    train_agent("TD3", env_id, 1000, hyperparams=hyper, run_dir=tmp_path,
+                callback=QATCallback(bits=6, delay_steps=900))  # fmt: skip
+    events = EventAccumulator(str(tmp_path / "sb3")).Reload()
+    assert {"qat/bits", "qat/active", "rollout/ep_rew_mean", "train/critic_loss"} <= set(
+        events.Tags()["scalars"]
+    )
+    active = [e.value for e in events.Scalars("qat/active")]
+    assert active == [0.0, 1.0]  # SB3 dumps every 4 episodes (800 steps), and rlq at the end
+    assert {e.value for e in events.Scalars("qat/bits")} == {6.0}

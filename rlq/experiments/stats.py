@@ -178,7 +178,7 @@ def probability_of_improvement(
     return _bootstrap((a, b), rly_metrics.probability_of_improvement, reps, confidence, seed)
 
 
-def relative_change(
+def percent_change(
     x: Sequence[float] | np.ndarray,
     y: Sequence[float] | np.ndarray,
     metric: str = "iqm",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
-from stable_baselines3.common.logger import CSVOutputFormat, Logger
+from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat
 
 from rlq.core import progress
 from rlq.core.jsonio import read_json, write_json
@@ -75,10 +75,13 @@ def algorithm_class(name: str) -> type:
     return getattr(sb3, check_algorithm_name(name))
 
 
-def quiet_logger(folder: str | Path | None = None, filename: str = "progress.csv") -> Logger:
-    """Return an SB3 logger writing CSV into ``folder`` (or nothing at all when it is None).
+def quiet_logger(
+    folder: str | Path | None = None, filename: str = "progress.csv", tensorboard: bool = False
+) -> Logger:
+    """Return an SB3 logger writing CSV (and with ``tensorboard`` TensorBoard events) into ``folder``.
 
-    An existing ``filename`` is kept: the log goes to ``<stem>.2.csv`` (then ``.3``, ...) instead.
+    None writes nothing at all. An existing ``filename`` is kept: the log goes to ``<stem>.2.csv`` (then
+    ``.3``, ...) instead; each logger writes its own events file, so a resumed run adds one beside the first.
     """
     if folder is None:
         return Logger(folder=None, output_formats=[])
@@ -87,7 +90,8 @@ def quiet_logger(folder: str | Path | None = None, filename: str = "progress.csv
     path, stem, n = folder / filename, Path(filename).stem, 2
     while path.exists():  # a later attempt resuming from the same step never overwrites an earlier log
         path, n = folder / f"{stem}.{n}{Path(filename).suffix}", n + 1
-    return Logger(folder=str(folder), output_formats=[CSVOutputFormat(str(path))])
+    formats = [CSVOutputFormat(str(path))] + ([TensorBoardOutputFormat(str(folder))] if tensorboard else [])
+    return Logger(folder=str(folder), output_formats=formats)
 
 
 def _build_kwargs(algo: str, env, hyperparams: dict[str, Any]) -> dict[str, Any]:
@@ -293,7 +297,9 @@ def train_agent(
     """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
 
     With a ``run_dir``, checkpoints go to ``run_dir/checkpoints`` every ``checkpoint_every`` timesteps
-    (0: only at the end) and SB3's CSV log to ``run_dir/sb3``. ``save_model(model, path)`` and
+    (0: only at the end) and SB3's log to ``run_dir/sb3``: CSV, and TensorBoard events (SB3's ``rollout/``,
+    ``train/`` and ``time/`` keys, and what callbacks record, such as ``compression/ratio``), so
+    ``tensorboard --logdir runs/`` shows every run's curves. ``save_model(model, path)`` and
     ``load_model(cls, path, env)`` replace SB3's ``model.save`` and ``cls.load(path, env=env)`` (compressed
     policies need :func:`rlq.sb3.checkpoint.save_compressed` / ``load_compressed``). Callbacks with a
     ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (rlq's compression schedules) have their
@@ -325,7 +331,7 @@ def train_agent(
             what_to_do=f"move it and model_{found[0]}_steps.zip out of {ckpt_dir} to resume from the "
             "previous checkpoint",
         )
-    model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv"))
+    model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv", tensorboard=True))
     recorder = EpisodeRecorder(rows, float(saved_state.get("wall_time_s", 0.0)))
     user_callbacks = [] if callback is None else callback if isinstance(callback, list) else [callback]
     stateful = stateful_callbacks(user_callbacks)
@@ -363,6 +369,8 @@ def _learn(model, total_timesteps: int, callbacks: list[BaseCallback], label: st
             callback=CallbackList([*callbacks, *([tracker] if tracker else [])]),
             reset_num_timesteps=False,
         )
+        # SB3 dumps its log every few episodes (off-policy) or rollouts: write the last ones' too
+        model.dump_logs()
     except BaseException as exc:
         if tracker is not None:
             tracker.finish("failed", exc)

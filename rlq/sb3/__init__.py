@@ -1,5 +1,7 @@
 """Stable-Baselines3 adapters: put rlq's compression and quantization into any SB3 training.
 
+    from rlq.sb3 import GSTCallback, GradualPruningCallback, QATCallback
+
 Submodules are imported on demand:
 
 - ``rlq.sb3.networks``: the anatomy of an SB3 policy: its layers per network, which the callbacks compress,
@@ -13,3 +15,25 @@ Submodules are imported on demand:
 - ``rlq.sb3.action_path``: the network from observation to action of any SB3 policy, and its observation
   preprocessing (what ``quantized`` quantizes and exports).
 """
+
+from typing import Any
+
+_EXPORTS = {
+    "CompressionCallback": "rlq.sb3.compression",
+    "GSTCallback": "rlq.sb3.gst",
+    "GradualPruningCallback": "rlq.sb3.pruning",
+    "QATCallback": "rlq.sb3.qat",
+    "load_compressed": "rlq.sb3.checkpoint",
+    "save_compressed": "rlq.sb3.checkpoint",
+}
+"""The callbacks and checkpoint functions a user calls, importable from ``rlq.sb3`` (loaded on first use)."""
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'rlq.sb3' has no attribute {name!r}")

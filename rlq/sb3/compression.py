@@ -346,10 +346,21 @@ class CompressionCallback(BaseCallback):
             "episodes": self.episodes,
         }
         self._rows.append({k: row.get(k) for k in HISTORY_COLUMNS})
+        self._record_to_logger(row)
         if self.verbose >= 1 and event not in ("log",):
             self.logger.log(
                 f"[{type(self).__name__}] step {row['step']}: {event}, ratio {row['compression_ratio']:.3f}"
             )
+
+    def _record_to_logger(self, row: dict[str, Any]) -> None:
+        """Give SB3's logger the compression state (TensorBoard and CSV, at SB3's next dump)."""
+        self.logger.record("compression/ratio", row["compression_ratio"])
+        self.logger.record("compression/target_sparsity", row["target_sparsity"])
+        self.logger.record("compression/sparsity", row["sparsity"])
+        if row["block_size"] is not None:
+            self.logger.record("gst/block_size", row["block_size"])
+        if row["decision"] is not None:
+            self.logger.record("gst/decision", row["decision"], exclude=("stdout", "log", "csv"))
 
     def _record_event(
         self, kind: str, report_names: Sequence[str], shifts: Sequence[float] = (), **extra

@@ -498,6 +498,8 @@ class QATCallback(BaseCallback):
     def _on_step(self) -> bool:
         if not self.enabled and self.num_timesteps >= self.delay_steps:
             self._set_enabled(True)
+        self.logger.record("qat/bits", self.bits)
+        self.logger.record("qat/active", int(self.enabled))
         return True
 
     def _on_training_end(self) -> None:

@@ -82,7 +82,7 @@ def seed_estimates(
 
     ``avg_compression_gst_pct`` (GST's average compression, %), ``gap_gst_minus_pruning_pp`` (GST minus
     pruning per seed, %p), ``reward_drop_gst_vs_dense_pct`` (the drop of GST's score IQM below dense's, in % of
-    dense's: minus :func:`rlq.experiments.stats.relative_change`) and ``score_iqm_<method>`` per method. A
+    dense's: minus :func:`rlq.experiments.stats.percent_change`) and ``score_iqm_<method>`` per method. A
     number whose runs are missing is left out. ``options`` go to the bootstrap (reps, confidence, seed).
     """
     score = score or score_column(summary)
@@ -95,7 +95,7 @@ def seed_estimates(
     if len(gap):
         out["gap_gst_minus_pruning_pp"] = stats.estimate(100 * gap.to_numpy(), **options).as_dict("%p")
     dense, gst = (of[m][score].dropna().to_numpy() for m in ("dense", "gst"))
-    change = stats.relative_change(gst, dense, **options) if len(dense) and len(gst) else None
+    change = stats.percent_change(gst, dense, **options) if len(dense) and len(gst) else None
     if change is not None and not math.isnan(change.value):  # NaN: dense's IQM is 0, no scale
         drop = stats.Estimate(-change.value, -change.upper, -change.lower, change.n)
         out["reward_drop_gst_vs_dense_pct"] = drop.as_dict("%")
