@@ -219,13 +219,12 @@ def test_five_trainings_give_the_seven_methods(tmp_path):
 
 
 def test_a_task_with_its_own_budget_gets_that_budget_s_arguments(tmp_path):
-    """env_timesteps: the task's jobs train for its budget, with budget_args(task, budget) and a delay scaled to it."""
-
-    def budget_args(env_id, steps):
-        return {"hyperparams": {"buffer_size": steps, "task": env_id}, "gst": {"steps": steps}, "pruning": {}}
-
+    """env_timesteps: the task's jobs train for its budget, with its env_args and a delay scaled to it."""
+    steps = {"Pendulum-v1": 100, "InvertedPendulum-v5": 40}
+    env_args = {env_id: {"hyperparams": {"buffer_size": n, "task": env_id}, "gst": {"steps": n}, "pruning": {}}
+                for env_id, n in steps.items()}  # fmt: skip
     jobs = combo_jobs(tmp_path, env_ids=["Pendulum-v1", "InvertedPendulum-v5"], methods=["dense", "gst"], seeds=[0],
-                      total_timesteps=100, env_timesteps={"InvertedPendulum-v5": 40}, budget_args=budget_args)  # fmt: skip
+                      total_timesteps=100, env_timesteps={"InvertedPendulum-v5": 40}, env_args=env_args)  # fmt: skip
     budgets = {(j["env_id"], j["training"]): (j["total_timesteps"], j["hyperparams"]["buffer_size"],
                                               j["qat_delay_steps"]) for j in jobs}  # fmt: skip
     assert budgets == {("Pendulum-v1", "dense"): (100, 100, 50), ("Pendulum-v1", "gst"): (100, 100, 50),
@@ -234,8 +233,8 @@ def test_a_task_with_its_own_budget_gets_that_budget_s_arguments(tmp_path):
     assert all(j["hyperparams"]["task"] == j["env_id"] for j in jobs)
     with pytest.raises(ValueError, match="not in env_ids"):
         combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
-                   env_timesteps={"Hopper-v5": 10}, budget_args=budget_args)  # fmt: skip
-    with pytest.raises(ValueError, match="needs budget_args"):
+                   env_timesteps={"Hopper-v5": 10}, env_args=env_args)  # fmt: skip
+    with pytest.raises(ValueError, match="needs env_args"):
         combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
                    env_timesteps={"Pendulum-v1": 10})  # fmt: skip
 

@@ -19,7 +19,7 @@ from rlq.compress import (
     transition_projection_,
 )
 from rlq.compress.block_circulant import set_circulant_vectors_
-from rlq.compress.circulant import ExpansionCache
+from rlq.compress.expansion_cache import ExpansionCache
 from rlq.compress.masks import prune_with_mask_
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one PyTorch thread per test

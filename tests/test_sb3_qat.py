@@ -15,7 +15,8 @@ from rlq.rl.agents import algorithm_class, make_model, train_agent
 from rlq.rl.envs import make_vec_env
 from rlq.sb3.action_path import action_network, preprocess_observations
 from rlq.sb3.networks import layer_chains, optimizers
-from rlq.sb3.qat import QATCallback, convert_policy_qat_, distinct_values, load_qat, qat_layers, save_qat
+from rlq.sb3.qat import QATCallback, convert_policy_qat_, qat_layers
+from rlq.sb3.qat_checkpoint import distinct_values, load_qat, save_qat
 from rlq.sb3.quantized import quantized_policy
 
 TINY = {
@@ -306,7 +307,7 @@ def test_memoized_quantizer_gives_the_parents_bits_and_gradient():
 
 @pytest.mark.parametrize("compression", ["none", "gst"])
 def test_td3_with_qat_trains_bit_for_bit_as_without_the_memo(monkeypatch, compression):
-    from rlq.compress.circulant import ExpansionCache, TensorMemo
+    from rlq.compress.expansion_cache import ExpansionCache, TensorMemo
     from rlq.sb3.gst import GSTCallback
 
     def train():
@@ -338,7 +339,7 @@ def test_td3_with_qat_trains_bit_for_bit_as_without_the_memo(monkeypatch, compre
 def test_quantizing_the_vectors_of_a_block_circulant_layer_gives_the_dense_bits(kind, axis):
     """QAT above a block-circulant layer quantizes its B-vectors: same bits and gradient as on the dense weight."""
     from rlq.compress import block_circulant_
-    from rlq.compress.circulant import ExpansionCache
+    from rlq.compress.expansion_cache import ExpansionCache
     from rlq.sb3.qat import MemoizedWeightFakeQuant, stack_fake_quant_
 
     torch.manual_seed(0)

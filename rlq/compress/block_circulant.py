@@ -29,13 +29,13 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from rlq.compress.circulant import (
-    ExpansionCache,
     check_block_size,
     choose_forward_path,
     circulant_matmul_fft,
     circulant_projection,
     expand_circulant,
 )
+from rlq.compress.expansion_cache import ExpansionCache
 from rlq.compress.layers import (
     CompressionReport,
     Networks,

@@ -90,18 +90,8 @@ from rlq.sb3.networks import (
 )
 from rlq.sb3.qat import fake_quant_lifted
 
-HISTORY_COLUMNS = [
-    "step",
-    "event",
-    "phase",
-    "block_size",
-    "target_sparsity",
-    "sparsity",
-    "compression_ratio",
-    "mean_reward",
-    "episodes",
-    "decision",
-]
+HISTORY_COLUMNS = ["step", "event", "phase", "block_size", "target_sparsity", "sparsity", "compression_ratio"]
+HISTORY_COLUMNS += ["mean_reward", "episodes", "decision"]
 """Columns of :attr:`CompressionCallback.history`."""
 
 EVENT_COLUMNS = [

@@ -1,10 +1,9 @@
 """Quantization-aware training (QAT) of any Stable-Baselines3 model, as a callback.
 
-QuaRL (Krishnan et al., arXiv 1910.01055, section 4.2; TMLR 2022) trains with n-bit fake quantization and a
-straight-through estimator, switched on after a *quantization delay* (half of training in the public
-recipe). Its public code inserts no fake quantization at its current head (harvard-edge/QuaRL issue #15);
-:class:`QATCallback` registers :class:`rlq.quant.WeightFakeQuant` on the weights of every network of the
-policy, and the tests check that the forward pass really changes once the delay has passed.
+QuaRL (Krishnan et al., arXiv 1910.01055, section 4.2) trains with n-bit fake quantization and a straight-through
+estimator after a *quantization delay* (half of training in the public recipe), whose public code inserts no
+fake quantization; :class:`QATCallback` registers :class:`rlq.quant.WeightFakeQuant` on the weights of every
+network of the policy, and the tests check that the forward pass really changes once the delay has passed.
 
 Usage::
 
@@ -12,22 +11,10 @@ Usage::
     model.learn(100_000, callback=QATCallback(bits=4, delay_steps=50_000))
     # the policy is now converted: each weight tensor holds at most 2^4 distinct values (per output channel)
 
-Saving and loading:
-
-- A converted policy holds plain tensors: ``model.save`` then ``PPO.load`` works as for any model (with
-  ``activations=True`` the loaded policy has the quantized weights but not the activation quantizers, which
-  are structure SB3 does not know: use :func:`load_qat`).
-- A policy *being* trained with QAT (parametrized weights) also saves with ``model.save``: rlq installs
-  state-dict hooks on the quantized layers so the file holds the latent float weights under their plain
-  names (``...weight``), which SB3's ``load`` accepts. Loading such a file gives the float model without
-  its quantizers; training it again with the same :class:`QATCallback` prepares it again at the start of
-  ``learn`` and re-enables quantization if the delay has passed. That is what happens when a run of
-  :func:`rlq.rl.agents.train_agent` with checkpoints is interrupted and resumed: nothing is lost but the
-  observed activation ranges (``activations=True``), which are re-observed from the next batches.
-- :func:`save_qat` / :func:`load_qat` keep the quantization state itself (bits, axes, whether enabled,
-  activation ranges) inside the zip (as ``rlq_qat.json``), so a model loads back exactly as it was saved,
-  parametrized or converted with activation quantizers.
-
+Saving and loading: a converted policy holds plain tensors (``model.save`` then ``PPO.load`` works); a policy
+*being* trained with QAT saves its latent float weights under their plain names, so SB3's ``load`` accepts it
+and the same :class:`QATCallback` prepares it again when training resumes (only observed activation ranges
+are re-observed). :mod:`rlq.sb3.qat_checkpoint` keeps the quantization state itself inside the zip.
 Training together with compression. ``model.learn(n, callback=[QATCallback(...), GSTCallback(...)])`` (or
 with :class:`rlq.sb3.pruning.GradualPruningCallback`, in either order) trains a policy that is sparse and
 low-bit at once; QAT quantizes what the compression stores:
@@ -40,14 +27,11 @@ low-bit at once; QAT quantizes what the compression stores:
   quantizer (:func:`stack_fake_quant_`; :func:`rlq.compress.block_circulant.stored_target` finds it
   there), so QAT quantizes the kept values and pruned entries stay exactly 0 (symmetric quantization
   maps 0 to 0).
-- **Structural changes.** Every action of a compression callback (block-circulant on, a block-size
-  transition, the hand-over to pruned dense weights, a pruning update) runs inside
-  :func:`fake_quant_lifted`: the quantizers are lifted off, the compression acts on the latent float
-  model exactly as it does without QAT, and the same quantizer objects go back on top of the new
-  structure. Weight quantizers hold no state (the scale follows the current weights), activation ranges
-  are per tensor and so unchanged by the exact transition's reordering of hidden units; Parameter objects
-  keep their identity throughout, so the optimizers, whose state GST resets at structural changes as
-  without QAT, keep training them.
+- **Structural changes.** Every action of a compression callback runs inside :func:`fake_quant_lifted`:
+  the quantizers are lifted off, the compression acts on the latent float model as it does without QAT,
+  and the same quantizer objects go back on top. Weight quantizers hold no state (the scale follows the
+  weights), activation ranges are per tensor (unchanged by the exact transition's reordering), and
+  Parameter objects keep their identity, so the optimizers keep training them.
 - **Conversion.** :func:`convert_policy_qat_` bakes the quantization into the stored values and keeps
   the compression: a block-circulant layer keeps its (quantized) B-vectors, a pruned layer its mask, and
   the converted policy computes bit for bit what the fake-quantized one did; each layer is marked with its
@@ -56,14 +40,9 @@ low-bit at once; QAT quantizes what the compression stores:
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import os
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -73,7 +52,8 @@ from torch.nn.utils import parametrize
 
 from rlq.compress import set_forward_path_
 from rlq.compress.block_circulant import expansion_cache_of, is_block_circulant, stored_target
-from rlq.compress.circulant import ExpansionCache, TensorMemo, expand_circulant
+from rlq.compress.circulant import expand_circulant
+from rlq.compress.expansion_cache import ExpansionCache, TensorMemo
 from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, refresh_masked_, stored_tensor
 from rlq.core.parametrizations import remove_parametrizations_
 from rlq.core.validation import check_non_negative_int
@@ -88,7 +68,6 @@ from rlq.quant.bits import mark_weight_format_
 from rlq.quant.layers import output_channel_axis
 from rlq.quant.qat import weight_quantizers
 from rlq.quant.tensor import check_bits, quantize_tensor, straight_through
-from rlq.sb3.checkpoint import zip_path
 from rlq.sb3.networks import named_layers, refresh_optimizers
 
 log = logging.getLogger(__name__)
@@ -107,7 +86,7 @@ class MemoizedWeightFakeQuant(WeightFakeQuant):
     networks (changed only by the polyak update every ``policy_delay`` steps), the batch-1 rollout actor and
     the actor loss read the same actor weights, the critic loss the ``q1`` network the actor loss read. Each
     read quantized anew, about ten passes over the weight; a hit costs one comparison
-    (:class:`rlq.compress.circulant.TensorMemo`, which also says when a hit is valid).
+    (:class:`rlq.compress.expansion_cache.TensorMemo`, which also says when a hit is valid).
 
     The output is bit for bit the parent's: its unclipped straight-through output is the fake-quantized
     weight plus ``w - w.detach()`` (exactly +0.0), so the memo keeps that output's values and, with
@@ -507,121 +486,15 @@ class QATCallback(BaseCallback):
             convert_policy_qat_(self.model.policy)
 
 
-def _layer_state(layer: nn.Module) -> dict[str, Any]:
-    state: dict[str, Any] = {}
-    if _pure_qat(layer):
-        (quantizer,) = [p for p in layer.parametrizations["weight"] if isinstance(p, WeightFakeQuant)]
-        state.update(bits=quantizer.bits, axis=quantizer.axis, enabled=quantizer.enabled)
-    inputs = _input_quantizer(layer)
-    if inputs is not None:
-        finite = inputs.has_range
-        state["input"] = dict(
-            bits=inputs.bits,
-            momentum=inputs.momentum,
-            dynamic=inputs.dynamic,
-            enabled=inputs.enabled,
-            observing=inputs.observing,
-            min_val=float(inputs.min_val) if finite else None,
-            max_val=float(inputs.max_val) if finite else None,
-        )
-    return state
-
-
-def qat_state(policy: nn.Module) -> dict[str, Any]:
-    """Return the QAT structure of a policy as JSON-ready data: per layer, weight quantizer and input quantizer."""
-    layers = {}
-    for name, layer in policy.named_modules():
-        state = _layer_state(layer)
-        if state:
-            layers[name] = state
-    return {"format": 1, "layers": layers}
-
-
-def apply_qat_state_(policy: nn.Module, state: dict[str, Any]) -> nn.Module:
-    """Return the policy with the QAT structure of :func:`qat_state` re-created in place (weights untouched)."""
-    if state.get("format") != 1:
-        raise ValueError(f"unknown QAT state format {state.get('format')!r}")
-    for name, entry in state["layers"].items():
-        layer = policy.get_submodule(name)
-        if "bits" in entry:
-            if _pure_qat(layer):
-                raise ValueError(f"layer {name} is already prepared for QAT")
-            quantizer = WeightFakeQuant(entry["bits"], entry["axis"])
-            quantizer.enabled = bool(entry["enabled"])
-            parametrize.register_parametrization(layer, "weight", quantizer)
-        if "input" in entry:
-            spec = entry["input"]
-            if _input_quantizer(layer) is None:
-                attach_input_quantizers(
-                    layer, spec["bits"], momentum=spec["momentum"], dynamic=spec["dynamic"]
-                )
-            quantizer = _input_quantizer(layer)
-            quantizer.enabled, quantizer.observing = bool(spec["enabled"]), bool(spec["observing"])
-            lo, hi = spec["min_val"], spec["max_val"]
-            quantizer.min_val.fill_(math.inf if lo is None else lo)
-            quantizer.max_val.fill_(-math.inf if hi is None else hi)
-        _install_state_dict_hooks(layer)
-    refresh_optimizers(policy)
-    return policy
-
-
-def save_qat(model: Any, path: str | os.PathLike, **save_kwargs: Any) -> Path:
-    """Return the path of ``model`` saved with SB3's ``save`` plus its QAT state (``rlq_qat.json`` in the zip).
-
-    Works before, during and after QAT; :func:`load_qat` restores the model as it was. SB3's own ``load``
-    also reads the file and gives the float (latent) weights without quantizers.
-    """
-    model.save(path, **save_kwargs)
-    target = zip_path(path, must_exist=True)
-    with zipfile.ZipFile(target, "a") as archive:
-        archive.writestr(QAT_FILE, json.dumps(qat_state(model.policy), indent=1))
-    return target
-
-
-def load_qat(algorithm: str | type, path: str | os.PathLike, env: Any = None, **load_kwargs: Any) -> Any:
-    """Return the model saved by :func:`save_qat`, with its QAT structure and state re-created.
-
-    ``algorithm`` is an SB3 class or its name (``"PPO"``). A file without QAT state (a plain ``model.save``)
-    loads as SB3 would load it.
-    """
-    from rlq.rl.agents import algorithm_class
-
-    cls = algorithm_class(algorithm) if isinstance(algorithm, str) else algorithm
-    path = zip_path(path, must_exist=True)
-    model = cls.load(path, env=env, **load_kwargs)
-    with zipfile.ZipFile(path) as archive:
-        if QAT_FILE not in archive.namelist():
-            return model
-        state = json.loads(archive.read(QAT_FILE).decode())
-    # SB3 loaded the latent weights into plain layers; the quantizers go back on top, weights unchanged
-    with torch.no_grad():
-        apply_qat_state_(model.policy, state)
-    return model
-
-
-def distinct_values(layer: nn.Module, per_channel: bool = False) -> int:
-    """Return the number of distinct values of a layer's weight (the most in any output channel with ``per_channel``)."""
-    weight = layer.weight.detach()
-    if not per_channel:
-        return int(weight.unique().numel())
-    rows = weight.movedim(output_channel_axis(layer), 0)
-    return max(int(row.unique().numel()) for row in rows.reshape(rows.shape[0], -1))
-
-
 __all__ = [
     "MemoizedWeightFakeQuant",
     "QATCallback",
-    "apply_qat_state_",
     "check_qat_networks",
     "convert_policy_qat_",
-    "distinct_values",
     "fake_quant_lifted",
     "lift_fake_quant_",
-    "load_qat",
     "prepare_policy_qat_",
     "QAT_NETWORKS",
     "qat_layers",
-    "qat_state",
-    "save_qat",
     "stack_fake_quant_",
 ]

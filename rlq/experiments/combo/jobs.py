@@ -127,16 +127,16 @@ def combo_jobs(
     total_timesteps: int,
     qat_delay_fraction: float = 0.5,
     env_timesteps: dict[str, int] | None = None,
-    budget_args: Callable[[str, int], dict[str, Any]] | None = None,
+    env_args: dict[str, dict[str, Any]] | None = None,
     **job: Any,
 ) -> list[dict[str, Any]]:
     """Return one :func:`train_and_deploy` job per task, seed and needed training (in that nesting).
 
     ``job`` holds the arguments every job shares (``hyperparams``, ``gst``, ``pruning``, ``qat_bits``,
     ``eval_episodes``, ...). QAT switches on after ``qat_delay_fraction`` of the steps (QuaRL's recipe: half).
-    ``env_timesteps`` gives some tasks their own budget instead of ``total_timesteps``; ``budget_args(env_id,
-    steps)`` returns the job arguments that depend on the task and its budget (``hyperparams`` with its replay
-    buffer, the ``gst`` and ``pruning`` schedules), and is called for every task, overriding ``job``'s.
+    ``env_timesteps`` gives some tasks their own budget instead of ``total_timesteps``; ``env_args[env_id]``
+    holds the job arguments that depend on the task and its budget (``hyperparams`` with its replay buffer,
+    the ``gst`` and ``pruning`` schedules), overriding ``job``'s.
     """
     if not 0 <= qat_delay_fraction < 1:
         raise ValueError(f"qat_delay_fraction must be in [0, 1), got {qat_delay_fraction}")
@@ -145,14 +145,16 @@ def combo_jobs(
     strays = sorted(set(env_timesteps) - set(env_ids))
     if strays:
         raise ValueError(f"env_timesteps names tasks that are not in env_ids: {strays}")
-    if env_timesteps and budget_args is None:
+    env_args = dict(env_args or {})
+    unargued = sorted(set(env_timesteps) - set(env_args))
+    if unargued:
         raise ValueError(
-            "env_timesteps needs budget_args: the schedules and the replay buffer depend on the budget"
+            f"env_timesteps needs env_args for {unargued}: the schedules and the replay buffer depend on the budget"
         )
     jobs = []
     for env_id in env_ids:
         steps = check_positive_int(f"env_timesteps[{env_id!r}]", env_timesteps.get(env_id, total_timesteps))
-        per_env = job | (budget_args(env_id, steps) if budget_args is not None else {})
+        per_env = job | env_args.get(env_id, {})
         for seed in seeds:
             for training in trainings_for(methods):
                 # the derived methods are part of the key: a stored result never stands in for other methods
