@@ -22,7 +22,9 @@ def modules() -> list[Path]:
 def test_modules_and_functions_stay_small(path):
     source = path.read_text()
     lines = source.count("\n")
-    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_MODULE_LINES})"
+    assert lines <= MAX_MODULE_LINES, (
+        f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_MODULE_LINES})"
+    )
     long = [
         f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
         for node in ast.walk(ast.parse(source))
