@@ -73,3 +73,15 @@ def test_one_name_per_meaning_for_relative_changes():
     assert rlq.quant.relative_change(25, 100) == -0.75  # a fraction of the reference
     assert not hasattr(rlq.stats, "relative_change")  # its interval estimate in % is percent_change
     assert rlq.stats.percent_change([2.0] * 4, [1.0] * 4, reps=50).value == pytest.approx(100.0)
+
+
+def test_the_api_page_is_generated_from_the_code():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, str(root / "tools" / "api_docs.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    page = (root / "docs" / "api.md").read_text()
+    assert "| `GSTCallback` | class |" in page and "| `block_circulant_` | function |" in page
