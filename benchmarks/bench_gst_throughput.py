@@ -10,7 +10,7 @@ method alike. Methods:
 - ``plain``: TD3, no callback.
 - ``gst``: :class:`rlq.sb3.gst.GSTCallback` held in its block-circulant phase (B=4 on the 400x300 layers
   of actor, critics and targets): forwards use the dense expansion of the B-vectors, recomputed whenever
-  they changed (:class:`rlq.compress.circulant.ExpansionCache`). GST's most expensive phase.
+  they changed (:class:`rlq.compress.expansion_cache.ExpansionCache`). GST's most expensive phase.
 - ``gst_torch``: ``gst`` with rlq's compiled kernels switched off (:func:`use_kernels`): expansion and
   gradient sums by PyTorch ops, as when rlq is installed without a C compiler.
 - ``gst_pruned``: GST after its hand-over (dense weights, 75% masked), the phase GST ends in.
