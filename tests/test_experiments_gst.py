@@ -86,23 +86,6 @@ def test_ablation_arms_are_the_earlier_settings_with_one_fix_each():
         arm_settings("gst_only_luck", gst)
 
 
-def test_method_seeds_give_a_method_fewer_seeds_and_arms_train_gst(tmp_path):
-    settings = compression_settings(1_000, **KNOBS)
-    jobs = method_jobs(tmp_path, methods=["dense", "pruning", "gst_only_cap"], seeds=[0, 1, 2],
-                       method_seeds={"pruning": [0]}, env_ids=["Pendulum-v1"], total_timesteps=1_000,
-                       settings=settings)  # fmt: skip
-    assert [(j["keys"]["method"], j["seed"]) for j in jobs] == [
-        ("dense", 0), ("pruning", 0), ("gst_only_cap", 0), ("dense", 1), ("gst_only_cap", 1), ("dense", 2),
-        ("gst_only_cap", 2),
-    ]  # fmt: skip
-    arm = next(j for j in jobs if j["keys"]["method"] == "gst_only_cap")
-    assert arm["method"] == "gst" and arm["gst"]["target"] == "compression"
-    assert arm["run_dir"].name == "gst_only_cap__0"
-    with pytest.raises(ValueError, match="method_seeds"):
-        method_jobs(tmp_path, methods=["dense"], seeds=[0], method_seeds={"dense": [5]}, env_ids=["Pendulum-v1"],
-                    total_timesteps=1_000, settings=settings)  # fmt: skip
-
-
 def test_compression_settings_leave_out_what_a_sweep_sets_per_run_and_reject_a_warmup_past_the_end():
     gst = compression_settings(1_536, **KNOBS)["gst"]
     assert "s_shift" not in gst and "transition_method" not in gst

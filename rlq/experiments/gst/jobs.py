@@ -174,7 +174,6 @@ def method_jobs(
     settings: dict[str, dict[str, Any]],
     label_env: bool = False,
     log_points: int = LOG_POINTS,
-    method_seeds: dict[str, Sequence[int]] | None = None,
     **job: Any,
 ) -> list[dict[str, Any]]:
     """Return one :func:`train_and_evaluate` job per task, seed and method (in that nesting), each in its own folder.
@@ -182,24 +181,12 @@ def method_jobs(
     ``settings`` is :func:`compression_settings`'s result; ``job`` holds the arguments every run shares
     (``algo``, ``n_envs``, ``hyperparams``, ``eval_episodes``, ...). A run's folder is
     ``out/runs/<method>__<seed>``, with ``label_env`` ``out/runs/<env id>__<method>__<seed>`` and the env id
-    among the ``keys`` columns of its tables (else ``seed`` and ``method`` only). ``method_seeds`` gives a
-    method its own seeds (a subset of ``seeds``, e.g. pruning's deterministic compression needs fewer).
-    A method of :data:`ABLATION_ARMS` trains GST with :func:`arm_settings`.
+    among the ``keys`` columns of its tables (else ``seed`` and ``method`` only).
     """
-    method_seeds = dict(method_seeds or {})
-    for method, subset in method_seeds.items():
-        if method not in methods or not set(subset) <= set(seeds):
-            raise ValueError(
-                f"method_seeds[{method!r}] = {list(subset)} must name a method of {list(methods)} and a subset "
-                f"of seeds {list(seeds)}"
-            )
     jobs = []
     for env_id in env_ids:
         for seed in seeds:
             for method in methods:
-                if seed not in method_seeds.get(method, seeds):
-                    continue
-                arm = method in ABLATION_ARMS
                 keys = (
                     {"env_id": env_id, "seed": seed, "method": method}
                     if label_env
@@ -208,13 +195,13 @@ def method_jobs(
                 folder = f"{env_id}__{method}__{seed}" if label_env else f"{method}__{seed}"
                 jobs.append(
                     dict(
-                        method="gst" if arm else method,
+                        method=method,
                         env_id=env_id,
                         total_timesteps=total_timesteps,
                         seed=seed,
                         keys=keys,
                         run_dir=Path(out) / "runs" / folder,
-                        gst=arm_settings(method, settings["gst"]) if arm else settings["gst"],
+                        gst=settings["gst"],
                         pruning=settings["pruning"],
                         log_every=max(1, total_timesteps // log_points),
                         **job,

@@ -108,8 +108,12 @@ def train_compressed(
     log_every: int = 1000,
     callbacks: list[BaseCallback] | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    callback: CompressionCallback | None = None,
 ) -> CompressedRun:
     """Return a run of ``algo`` on ``env_id`` trained with compression ``method`` (see :func:`make_callback`).
+
+    ``callback``, when given, is the compression callback itself (a fresh one, built by the caller) and
+    ``method`` only names it; ``gst``, ``pruning``, ``reward_window`` and ``log_every`` are then unused.
 
     Training goes through :func:`rlq.rl.agents.train_agent` with compressed checkpoints
     (:func:`rlq.sb3.checkpoint.save_compressed`) every ``checkpoint_every`` steps into ``run_dir``; calling
@@ -120,7 +124,8 @@ def train_compressed(
     from rlq.rl.agents import train_agent
     from rlq.sb3.checkpoint import load_compressed, save_compressed
 
-    callback = make_callback(method, gst, pruning, reward_window, log_every)
+    if callback is None:
+        callback = make_callback(method, gst, pruning, reward_window, log_every)
     result = train_agent(
         algo,
         env_id,
