@@ -370,3 +370,48 @@ def test_torch_fp16_engine_takes_each_new_policy():
         reference.load(decode_policy(encode_policy(w, "fp32")))
         engine.load(decode_policy(encode_policy(w, "fp16", version=seed)))
         assert np.abs(engine(obs)[0] - reference(obs)[0]).max() < 2e-2
+
+
+def test_the_learner_starts_in_tanhs_linear_range_and_records_saturation():
+    """Acme's guards against a saturated policy: a near-zero output layer (actor and target), lr 1e-4,
+    noise 0.3 and gradient clipping at 40 by default; the history shows the policy's pre-tanh scale."""
+    import torch
+
+    from rlq.actorq.learner import Learner, policy_saturation
+
+    config = tiny(algorithm="D4PG")
+    assert (config.learning_rate, config.exploration_noise, config.max_grad_norm) == (1e-4, 0.3, 40.0)
+    model = Learner.create(config).model
+    last = model.actor.mu[-2]
+    sigma = (1e-4 / last.in_features) ** 0.5  # truncated at 2 sigma: its std is 0.88 sigma
+    assert float(last.weight.abs().max()) <= 2 * sigma and 0.5 * sigma < float(last.weight.std()) < sigma
+    assert float(last.bias.abs().max()) == 0.0 and model.max_grad_norm == 40.0
+    for a, b in zip(model.actor.parameters(), model.actor_target.parameters(), strict=True):
+        assert torch.equal(a, b)
+    obs = np.stack([model.observation_space.sample() for _ in range(64)])
+    pre_tanh, saturated = policy_saturation(model, obs)
+    assert pre_tanh < 0.01 and saturated == 0.0
+    with torch.no_grad():
+        last.weight.mul_(1e4)  # what a few updates at lr 1e-3 did to PyTorch's default initialisation
+    pre_tanh, saturated = policy_saturation(model, obs)
+    assert pre_tanh > 5 and saturated > 0.5
+    default = Learner.create(tiny(algorithm="D4PG", policy_output_init=0.0)).model.actor.mu[-2]
+    assert float(default.weight.std()) > 10 * float(last.weight.std()) / 1e4
+    history = train(tiny(algorithm="D4PG", learner_steps=30)).history
+    later = history.iloc[1:]  # the first evaluation comes before any transition is in the buffer (NaN)
+    assert later["actor_saturated_share"].notna().all() and (later["actor_mean_abs_pre_tanh"] < 1).all()
+
+
+def test_d4pg_clips_each_networks_gradient_norm():
+    import torch
+
+    from rlq.actorq.learner import Learner
+
+    model = Learner.create(tiny(algorithm="D4PG", max_grad_norm=1e-3)).model
+    loss = sum(p.square().sum() for p in model.critic.parameters()) * 1e3
+    loss.backward()
+    model._clip(model.critic)
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.critic.parameters()]))
+    assert float(norm) == pytest.approx(1e-3, rel=1e-3)
+    with pytest.raises(ActorQConfigError, match="max_grad_norm"):
+        tiny(max_grad_norm=-1.0)

@@ -27,6 +27,8 @@ IDENTITY_FIELDS = (
     "buffer_size",
     "gamma",
     "learning_rate",
+    "max_grad_norm",
+    "policy_output_init",
 )
 
 
@@ -86,12 +88,19 @@ class ActorQConfig:
     """Hidden layer widths of the critic MLP; None uses hidden_sizes."""
     activation: str = "relu"
     """Hidden activation of both networks: relu or tanh."""
-    learning_rate: float = 1e-3
-    """Adam learning rate of actor and critic."""
+    learning_rate: float = 1e-4
+    """Adam learning rate of actor and critic (Acme's D4PG: 1e-4; at 1e-3 a 2048x3 policy's tanh saturates
+    within a few updates and stays there)."""
+    max_grad_norm: float | None = 40.0
+    """Global-norm clipping of the actor's and the critic's gradients, D4PG's learner only (Acme: 40); None: off."""
+    policy_output_init: float = 1e-4
+    """Variance scale of the policy's last layer at initialisation (truncated normal, std sqrt(scale / fan_in):
+    Acme's near-zero initialised output layer), so the first actions sit in tanh's linear range; 0 keeps
+    PyTorch's default initialisation."""
     gamma: float = 0.99
     """Discount factor."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian action noise of TD3/DDPG actors, in units of the [-1, 1] action range."""
+    exploration_noise: float = 0.3
+    """Std of the Gaussian action noise of the actors, in units of the [-1, 1] action range (Acme's D4PG: 0.3)."""
     hyperparams: dict[str, Any] = field(default_factory=dict)
     """Further SB3 arguments of the algorithm, e.g. {"tau": 0.005, "policy_delay": 2}."""
     broadcast_every: int = 1
@@ -227,6 +236,12 @@ class ActorQConfig:
     def _validate_learner(self) -> None:
         """Check the learner's hyperparameters and networks."""
         self._check_positive_number("learning_rate")
+        if self.max_grad_norm is not None:
+            self._check_positive_number("max_grad_norm")
+        if isinstance(self.policy_output_init, bool) or not self.policy_output_init >= 0:
+            raise self._bad(
+                "policy_output_init", "must be a number >= 0 (0 keeps the default initialisation)"
+            )
         if not 0 < self.gamma <= 1:
             raise self._bad("gamma", "must lie in (0, 1]")
         if isinstance(self.exploration_noise, bool) or not self.exploration_noise >= 0:

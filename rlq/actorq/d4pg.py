@@ -104,6 +104,7 @@ class D4PG(TD3):
     :param v_max: Largest return on the critic's support (Acme: 150).
     :param n_atoms: Atoms of the critic's categorical distribution (51, as C51).
     :param n_steps: Steps of the n-step return (Acme's D4PG: 5).
+    :param max_grad_norm: Global-norm clipping of each network's gradient before its step (Acme: 40); None: off.
     Other arguments are TD3's; D4PG's defaults differ in ``policy_delay=1`` (actor and critic every step)
     and Gaussian exploration noise supplied by the caller (ActorQ's actors add their own).
     """
@@ -119,6 +120,7 @@ class D4PG(TD3):
         v_max: float = 150.0,
         n_atoms: int = 51,
         n_steps: int = 5,
+        max_grad_norm: float | None = None,
         gamma: float = 0.99,
         policy_delay: int = 1,
         policy_kwargs: dict[str, Any] | None = None,
@@ -131,6 +133,7 @@ class D4PG(TD3):
         if n_atoms < 2 or n_steps < 1:
             raise ValueError(f"n_atoms must be >= 2 and n_steps >= 1, got {n_atoms} and {n_steps}")
         self.v_min, self.v_max, self.n_atoms = float(v_min), float(v_max), int(n_atoms)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         super().__init__(
             policy,
             env,
@@ -143,6 +146,10 @@ class D4PG(TD3):
             _init_setup_model=_init_setup_model,
             **kwargs,
         )
+
+    def _clip(self, network: nn.Module) -> None:
+        if self.max_grad_norm is not None:
+            th.nn.utils.clip_grad_norm_(network.parameters(), self.max_grad_norm)
 
     @property
     def support(self) -> th.Tensor:
@@ -171,6 +178,7 @@ class D4PG(TD3):
             critic_losses.append(critic_loss.item())
             self.critic.optimizer.zero_grad()
             critic_loss.backward()
+            self._clip(self.critic)
             self.critic.optimizer.step()
 
             if self._n_updates % self.policy_delay == 0:
@@ -179,6 +187,7 @@ class D4PG(TD3):
                 actor_losses.append(actor_loss.item())
                 self.actor.optimizer.zero_grad()
                 actor_loss.backward()
+                self._clip(self.actor)
                 self.actor.optimizer.step()
                 polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
                 polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)

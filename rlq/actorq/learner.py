@@ -8,12 +8,14 @@ hold the SB3 model (``model.save``), its replay buffer and the run's bookkeeping
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import torch.nn as nn
 
 from rlq.actorq.actor import ChunkResult
@@ -45,6 +47,41 @@ def sb3_hyperparams(config: ActorQConfig) -> dict[str, Any]:
     }
 
 
+def near_zero_policy_output_(model: Any, scale: float) -> None:
+    """Initialise the last layer of a TD3/DDPG/D4PG policy (and its target) near zero: truncated normal weights of
+    std ``sqrt(scale / fan_in)``, zero bias (Acme's ``NearZeroInitializedLinear``); 0 leaves it as it is.
+
+    With PyTorch's default initialisation a 2048-wide policy's pre-tanh outputs reach |x| of about 4 after one
+    update at lr 1e-3, where tanh's gradient has all but vanished; starting near zero keeps them in its
+    linear range while the critic learns.
+    """
+    mu = getattr(model.actor, "mu", None)
+    if not scale or not isinstance(mu, nn.Sequential) or not hasattr(model, "actor_target"):
+        return  # SAC's Gaussian policy has no deterministic output layer of this kind
+    last = [m for m in mu if isinstance(m, nn.Linear)][-1]
+    std = math.sqrt(scale / last.in_features)
+    with torch.no_grad():
+        nn.init.trunc_normal_(last.weight, std=std, a=-2 * std, b=2 * std)
+        last.bias.zero_()
+    model.actor_target.load_state_dict(model.actor.state_dict())
+
+
+def policy_saturation(model: Any, observations: np.ndarray, threshold: float = 0.99) -> tuple[float, float]:
+    """Return the policy's mean |pre-tanh output| on ``observations`` and the share of actions beyond ``threshold``.
+
+    A policy whose tanh saturates (most actions at +-1) gets almost no gradient through it: these two numbers
+    in a run's history show it happening.
+    """
+    actor = model.actor
+    layers = list(actor.mu) if isinstance(getattr(actor, "mu", None), nn.Sequential) else []
+    if not layers or not isinstance(layers[-1], nn.Tanh) or len(observations) == 0:
+        return float("nan"), float("nan")
+    with torch.no_grad():
+        obs = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=model.device)
+        pre = nn.Sequential(*layers[:-1])(actor.extract_features(obs, actor.features_extractor))
+    return float(pre.abs().mean()), float((pre.tanh().abs() > threshold).float().mean())
+
+
 class Learner:
     """Holds the SB3 model; inserts actors' transitions, runs gradient steps, saves and loads checkpoints."""
 
@@ -61,6 +98,7 @@ class Learner:
             model = make_model(
                 config.algorithm, config.env_id, seed=config.seed, hyperparams=sb3_hyperparams(config)
             )
+            near_zero_policy_output_(model, config.policy_output_init)
             return cls(model, config.batch_size)
         from rlq.actorq.d4pg import D4PG
         from rlq.rl.envs import make_vec_env
@@ -69,9 +107,17 @@ class Learner:
         seed_everything(config.seed)
         env = make_vec_env(config.env_id, n_envs=1, seed=config.seed)
         try:
-            model = D4PG("MlpPolicy", env, seed=config.seed, verbose=0, **sb3_hyperparams(config))
+            model = D4PG(
+                "MlpPolicy",
+                env,
+                seed=config.seed,
+                verbose=0,
+                max_grad_norm=config.max_grad_norm,
+                **sb3_hyperparams(config),
+            )
         except TypeError as e:
             raise ActorQConfigError(f"bad hyperparameter for D4PG: {e}") from e
+        near_zero_policy_output_(model, config.policy_output_init)
         model.set_logger(quiet_logger(None))
         return cls(model, config.batch_size)
 
@@ -92,6 +138,15 @@ class Learner:
     def buffer_size(self) -> int:
         """Return the number of transitions in the replay buffer."""
         return self.model.replay_buffer.size()
+
+    def saturation(self, n: int = 256) -> tuple[float, float]:
+        """Return :func:`policy_saturation` on the ``n`` observations inserted last (no sampling: no RNG drawn)."""
+        buffer = self.model.replay_buffer
+        size = buffer.size()
+        if size == 0:
+            return float("nan"), float("nan")
+        idx = (buffer.pos - 1 - np.arange(min(n, size))) % buffer.buffer_size
+        return policy_saturation(self.model, buffer.observations[idx, 0])
 
     def insert(self, chunk: ChunkResult) -> None:
         """Write one chunk of transitions into the replay buffer (time limits marked as timeouts)."""

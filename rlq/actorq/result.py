@@ -33,6 +33,8 @@ HISTORY_COLUMNS = [
     "eval_return",
     "eval_return_std",
     "policy_version",
+    "actor_mean_abs_pre_tanh",
+    "actor_saturated_share",
 ]
 EPISODE_COLUMNS = ["env_steps", "actor_id", "episode_return"]
 PER_ACTOR_COLUMNS = ["actor_id", "env_steps", "env_step_share", "episodes", "restarts", "lost"]

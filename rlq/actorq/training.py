@@ -124,6 +124,7 @@ class _Run:
             self.broadcast()
         t = time.perf_counter()
         mean, std = self.evaluator(self.blob)
+        pre_tanh, saturated = self.learner.saturation()
         spent = time.perf_counter() - t
         self.timers["evaluate"] += spent
         self.excluded += spent
@@ -135,6 +136,8 @@ class _Run:
                 eval_return=mean,
                 eval_return_std=std,
                 policy_version=self.learner_steps,
+                actor_mean_abs_pre_tanh=pre_tanh,
+                actor_saturated_share=saturated,
             )
         )
         log.info("learner step %d, env step %d: eval return %.1f", self.learner_steps, self.env_steps, mean)
