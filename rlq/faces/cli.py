@@ -141,6 +141,14 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from rlq.faces.report import build_report
 
+    if args.figures:
+        from rlq.experiments.paths import repo_root
+        from rlq.faces.static_figures import render_claims_figures, render_committed_figures
+
+        written = render_committed_figures()
+        written += render_claims_figures(repo_root() / "docs" / "figures")
+        for png in written:
+            print(png)
     formats = ("html", "md") if args.format == "md" else ("html",)
     path, text = build_report(args.runs, args.out, formats=formats)
     print(text)
@@ -221,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("html", "md"),
         default="html",
         help="md: also write the verdict table as Markdown beside the HTML (<runs>/report.md)",
+    )
+    p.add_argument(
+        "--figures",
+        action="store_true",
+        help="first render each committed run's headline figures to data/results/<experiment>/<preset>/*.png "
+        "and each claim family's forest plot (committed results only) to docs/figures/ (needs kaleido and Chromium)",
     )
     p.set_defaults(func=_cmd_report)
     return parser

@@ -1,0 +1,113 @@
+"""Every committed run has headline figures built from its committed CSVs, rendered as PNGs and shown in docs/results.md."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+
+from rlq.faces.cli import build_parser
+from rlq.faces.static_figures import (
+    FIGURES,
+    FigureError,
+    committed_figures,
+    committed_runs,
+    render_committed_figures,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "data" / "results"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RUNS = committed_runs(RESULTS)
+
+
+def test_every_committed_run_has_a_figure_builder():
+    folders = {path.parent for path in RESULTS.glob("*/*/results.json")}
+    assert folders, "no committed run under data/results"
+    assert {run.folder for run in RUNS} == folders
+    missing = sorted({run.experiment for run in RUNS} - set(FIGURES))
+    assert not missing, f"add a builder to rlq.faces.static_figures.FIGURES for {missing}"
+    assert not (
+        RESULTS / "gst_td3_mujoco" / "earlier_gst" / "results.json"
+    ).exists()  # replay data, not a run
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: f"{r.experiment}/{r.preset}")
+def test_each_builder_returns_plotly_figures_on_the_committed_tables(run):
+    figures = committed_figures(run.experiment, run.preset, RESULTS)
+    assert 1 <= len(figures) <= 3
+    names = [name for name, _ in figures]
+    assert len(set(names)) == len(names), names
+    for name, figure in figures:
+        assert name.replace("_", "").isalnum() and name.islower(), name
+        assert isinstance(figure, go.Figure)
+        assert figure.data, f"{run.experiment}/{run.preset}: {name} draws nothing"
+        assert figure.layout.title.text, f"{run.experiment}/{run.preset}: {name} has no title"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: f"{r.experiment}/{r.preset}")
+def test_each_committed_figure_is_rendered_and_shown_in_the_results_page(run):
+    page = (ROOT / "docs" / "results.md").read_text()
+    for name, _ in committed_figures(run.experiment, run.preset, RESULTS):
+        png = run.folder / f"{name}.png"
+        assert png.is_file(), f"{png.relative_to(ROOT)} is missing: run `rlq report --figures` and commit it"
+        assert png.read_bytes().startswith(PNG_SIGNATURE)
+        link = f"](../{png.relative_to(ROOT).as_posix()})"
+        assert link in page, f"docs/results.md shows no {png.relative_to(ROOT)}"
+
+
+def test_a_broken_or_missing_table_is_an_error_naming_the_run_and_the_table(tmp_path):
+    folder = tmp_path / "quarl_qat" / "medium"
+    shutil.copytree(RESULTS / "quarl_qat" / "medium", folder)
+    table = (folder / "qat.csv").read_text().replace("mean_return", "renamed", 1)
+    (folder / "qat.csv").write_text(table)
+    with pytest.raises(FigureError, match=r"quarl_qat/medium: .*qat\.csv.*mean_return"):
+        committed_figures("quarl_qat", "medium", tmp_path)
+    (folder / "qat.csv").unlink()
+    with pytest.raises(FigureError, match=r"quarl_qat/medium: no committed table qat\.csv"):
+        committed_figures("quarl_qat", "medium", tmp_path)
+
+
+def test_an_experiment_without_a_builder_is_an_error(tmp_path):
+    folder = tmp_path / "not_an_experiment" / "medium"
+    shutil.copytree(RESULTS / "quarl_qat" / "medium", folder)
+    with pytest.raises(FigureError, match="not_an_experiment/medium: no figures"):
+        render_committed_figures(tmp_path)
+
+
+def test_report_takes_figures():
+    assert build_parser().parse_args(["report", "--figures"]).figures
+    assert not build_parser().parse_args(["report"]).figures
+
+
+@pytest.mark.skipif(
+    shutil.which("chromium") is None and os.environ.get("CI") != "true",
+    reason="rendering PNGs needs Debian's chromium (apt install chromium; .ci/run installs it)",
+)
+def test_render_writes_pngs_into_the_committed_folder(tmp_path):
+    folder = tmp_path / "baseline_rl" / "medium"
+    shutil.copytree(RESULTS / "baseline_rl" / "medium", folder)
+    written = render_committed_figures(tmp_path)
+    assert written == [folder / "learning_curve.png"]
+    data = written[0].read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    assert 5_000 < len(data) < 120_000
+    assert int.from_bytes(data[16:20], "big") == 900 and int.from_bytes(data[20:24], "big") == 450
+
+
+def test_each_claim_family_has_a_forest_plot_in_the_claims_page():
+    from rlq.experiments.claims import FAMILIES
+    from rlq.faces.static_figures import claims_figures
+
+    figures = claims_figures(RESULTS)
+    assert [figure.layout.title.text for _, figure in figures] == list(FAMILIES)
+    page = (ROOT / "docs" / "claims.md").read_text()
+    for name, _ in figures:
+        png = ROOT / "docs" / "figures" / f"{name}.png"
+        assert png.read_bytes().startswith(PNG_SIGNATURE), (
+            f"{png.relative_to(ROOT)}: run `rlq report --figures`"
+        )
+        assert f"](figures/{name}.png)" in page, f"docs/claims.md shows no {name}.png"
