@@ -107,3 +107,37 @@ def test_a_second_attempt_from_the_same_step_keeps_the_first_attempts_log(tmp_pa
     logs = sorted(p.name for p in (tmp_path / "sb3").glob("progress_from_*"))
     assert logs == ["progress_from_0.csv", "progress_from_64.2.csv", "progress_from_64.csv"]
     assert (tmp_path / "sb3" / "progress_from_0.csv").read_text() == first_log
+
+
+def test_a_save_killed_before_its_model_is_in_place_resumes_from_the_previous_checkpoint_whole(
+    tmp_path, monkeypatch, caplog
+):
+    """The previous checkpoint keeps its replay buffer until the new model file is in place; a resume passes
+    over the incomplete newer checkpoint (saying so) and gets the previous one with its full buffer."""
+    from pathlib import Path
+
+    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=100)
+    train_agent("TD3", "Pendulum-v1", 100, **kwargs)
+    real_replace = Path.replace
+
+    def killed_at_the_model(self, target):
+        if Path(target).name.startswith("model_200"):
+            raise KeyboardInterrupt("killed while saving")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", killed_at_the_model)
+    with pytest.raises(KeyboardInterrupt):
+        train_agent("TD3", "Pendulum-v1", 200, **kwargs)
+    monkeypatch.setattr(Path, "replace", real_replace)
+    ckpt = tmp_path / "checkpoints"
+    assert (ckpt / "replay_100_steps.pkl").exists() and (ckpt / "replay_200_steps.pkl").exists()
+    (ckpt / ".tmp_model_200.zip").rename(
+        ckpt / "model_200_steps.zip"
+    )  # as if the rename came, the state did not
+    (ckpt / "state_200_steps.json").unlink()
+    (ckpt / "replay_200_steps.pkl").unlink()
+    with caplog.at_level("WARNING", logger="rlq.rl.agents"):
+        assert latest_checkpoint(ckpt)[0] == 100
+    assert "incomplete" in caplog.text
+    resumed = train_agent("TD3", "Pendulum-v1", 150, **kwargs)
+    assert resumed.resumed_from == 100 and resumed.model.replay_buffer.size() == 150

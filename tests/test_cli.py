@@ -138,3 +138,25 @@ def test_missing_optional_module_refuses_run_and_reproduce_skips_it(tiny_noteboo
     assert "needs_module: skipped (needs rlq_no_such_module: run `make nothing`)" in result.stdout
     assert "tiny: ok" in result.stdout
     assert [p.name for p in out.iterdir()] == ["tiny"]  # no run folder for the skipped experiment
+
+
+def test_a_run_folder_has_one_writer_at_a_time(tiny_notebooks, tmp_path):
+    """While a process holds a run folder, a second resume exits 2 naming the holder and changes nothing."""
+    import os
+
+    from rlq.experiments.run_lock import RunFolderBusy, run_folder_lock
+
+    out = tmp_path / "out"
+    assert run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out)).returncode == 1
+    run_dir = next((out / "tiny").iterdir())
+    before = sorted(p.name for p in run_dir.iterdir())
+    with run_folder_lock(run_dir):
+        busy = run_cli("run", "--resume", str(run_dir))
+        assert busy.returncode == 2 and f"pid {os.getpid()}" in busy.stderr, busy.stderr
+        with pytest.raises(RunFolderBusy, match="in use by pid"):  # a second holder in this process too
+            with run_folder_lock(run_dir):
+                pass
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # nothing archived, nothing written
+    assert json.loads((run_dir / "results.json").read_text())["status"] == "failed"
+    with run_folder_lock(run_dir):  # released when its holder ends
+        pass

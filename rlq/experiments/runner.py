@@ -17,6 +17,7 @@ from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV
 from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
+from rlq.experiments.run_lock import run_folder_lock
 from rlq.experiments.runs import (
     NOTEBOOK_FILE,
     PARAMS_FILE,
@@ -162,7 +163,9 @@ def run_experiment(
     experiment = get_experiment(name)
     params = experiment.resolve(preset, overrides)
     experiment.check_requirements()
-    return execute(experiment, params, create_run_dir(out, experiment.name), preset=preset, **kwargs)
+    path = create_run_dir(out, experiment.name)
+    with run_folder_lock(path):
+        return execute(experiment, params, path, preset=preset, **kwargs)
 
 
 def check_out_dir(out: str | Path) -> Path:
@@ -196,9 +199,14 @@ def resume_run(path: str | Path, rerun: bool = False, **kwargs: Any) -> RunOutco
     analysis changed.
     """
     path = Path(path)
-    params_file, results_file = path / PARAMS_FILE, path / RESULTS_FILE
-    if not params_file.is_file():
+    if not (path / PARAMS_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a run folder (no {PARAMS_FILE})")
+    with run_folder_lock(path):  # one writer per run folder: checked, archived and run under the lock
+        return _resume_locked(path, rerun, **kwargs)
+
+
+def _resume_locked(path: Path, rerun: bool, **kwargs: Any) -> RunOutcome:
+    params_file, results_file = path / PARAMS_FILE, path / RESULTS_FILE
     previous = read_json(results_file)
     if run_state(path, previous) == "running":
         runner = read_json(path / RUNNER_FILE)

@@ -7,6 +7,7 @@ Every SB3 model made here writes its logs into the run folder (or nowhere), neve
 from __future__ import annotations
 
 import copy
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -170,21 +171,37 @@ class EpisodeRecorder(BaseCallback):
         )
 
 
+log = logging.getLogger(__name__)
 _CKPT = re.compile(r"model_(\d+)_steps\.zip$")
 
 
 def latest_checkpoint(folder: str | Path) -> tuple[int, Path] | None:
-    """Return ``(timesteps, path)`` of the newest complete checkpoint in ``folder``, or None."""
-    found = []
-    for p in Path(folder).glob("model_*_steps.zip"):
+    """Return ``(timesteps, path)`` of the newest complete checkpoint in ``folder``, or None.
+
+    Complete: its model, curve and state files exist, and its replay buffer too where the folder holds
+    replay buffers (an off-policy run). A newer incomplete one (a save that was killed) is logged and passed
+    over: training resumes from the newest checkpoint that has everything, its replay buffer included.
+    """
+    folder = Path(folder)
+    buffers = any(folder.glob("replay_*_steps.pkl"))
+    found, partial = [], []
+    for p in folder.glob("model_*_steps.zip"):
         m = _CKPT.search(p.name)
-        if (
-            m
-            and (p.parent / f"curve_{m.group(1)}_steps.csv").exists()
-            and (p.parent / f"state_{m.group(1)}_steps.json").exists()
-        ):
-            found.append((int(m.group(1)), p))
-    return max(found) if found else None
+        if not m:
+            continue
+        steps = m.group(1)
+        needed = [f"curve_{steps}_steps.csv", f"state_{steps}_steps.json"] + (
+            [f"replay_{steps}_steps.pkl"] if buffers else []
+        )
+        (found if all((folder / name).exists() for name in needed) else partial).append((int(steps), p))
+    newest = max(found) if found else None
+    newer = [s for s, _ in partial if newest is None or s > newest[0]]
+    if newer:
+        log.warning(
+            "%s: the checkpoint at %d steps is incomplete (a save was interrupted); resuming from %s",
+            folder, max(newer), f"{newest[0]} steps" if newest else "the start",
+        )  # fmt: skip
+    return newest
 
 
 def stateful_callbacks(callbacks: list[BaseCallback]) -> dict[str, Any]:
@@ -249,13 +266,11 @@ class Checkpointer(BaseCallback):
             self.model.save(tmp_model)
         else:
             self.save_model(self.model, tmp_model)
-        if hasattr(self.model, "replay_buffer") and self.model.replay_buffer is not None:
+        replay = getattr(self.model, "replay_buffer", None) is not None
+        if replay:
             tmp_buf = self.folder / f".tmp_replay_{steps}.pkl"
             self.model.save_replay_buffer(tmp_buf)
             tmp_buf.replace(self.folder / f"replay_{steps}_steps.pkl")
-            for old in self.folder.glob("replay_*_steps.pkl"):
-                if old.name != f"replay_{steps}_steps.pkl":
-                    old.unlink()
         tmp_curve = self.folder / f".tmp_curve_{steps}.csv"
         self.recorder.frame().to_csv(tmp_curve, index=False)
         tmp_curve.replace(self.folder / f"curve_{steps}_steps.csv")
@@ -264,6 +279,10 @@ class Checkpointer(BaseCallback):
             state["callbacks"] = {key: cb.state_dict() for key, cb in self.stateful.items()}
         write_json(self.folder / f"state_{steps}_steps.json", state)
         tmp_model.replace(target)  # the model last: its presence marks the checkpoint complete
+        if replay:  # only now is the previous checkpoint's buffer no longer the newest complete one's
+            for old in self.folder.glob("replay_*_steps.pkl"):
+                if old.name != f"replay_{steps}_steps.pkl":
+                    old.unlink()
         self._last = steps
         return target
 

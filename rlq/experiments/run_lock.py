@@ -1,0 +1,46 @@
+"""One writer per run folder: an exclusive lock that ``rlq run`` and ``rlq run --resume`` hold while they work.
+
+Two processes resuming the same folder would overwrite each other's checkpoints, archive the same attempt
+twice and add up their training times. The lock is ``fcntl.flock`` on ``<run folder>/.lock``: the kernel
+releases it when its holder exits, however it exits, so a killed run never leaves a stale lock behind. The
+file names the holder (pid and host) for the message the second process gets.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rlq.experiments.registry import ExperimentError
+
+LOCK_FILE = ".lock"
+
+
+class RunFolderBusy(ExperimentError):
+    """Another process holds the run folder's lock (``rlq`` exits 2 naming it)."""
+
+
+@contextmanager
+def run_folder_lock(path: str | Path) -> Iterator[None]:
+    """Hold the exclusive lock of run folder ``path`` for the block, or raise :class:`RunFolderBusy` naming its holder."""
+    path = Path(path)
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise RunFolderBusy(
+            f"run folder {path} is in use by {holder}; wait for that run to end (or stop it) before resuming it"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}".encode())
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
