@@ -35,7 +35,8 @@ def run_folder_lock(path: str | Path) -> Iterator[None]:
         holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
         os.close(fd)
         raise RunFolderBusy(
-            f"run folder {path} is in use by {holder}; wait for that run to end (or stop it) before resuming it"
+            f"run folder {path} is still running (in use by {holder}); wait for it to end, or stop it, before "
+            "resuming it"
         ) from None
     try:
         os.ftruncate(fd, 0)
