@@ -160,3 +160,9 @@ def test_a_run_folder_has_one_writer_at_a_time(tiny_notebooks, tmp_path):
     assert json.loads((run_dir / "results.json").read_text())["status"] == "failed"
     with run_folder_lock(run_dir):  # released when its holder ends
         pass
+
+
+def test_reproduce_with_an_unknown_preset_is_bad_input():
+    result = run_cli("reproduce", "--preset", "quik")
+    assert result.returncode == 2 and "no experiment has a preset 'quik'" in result.stderr
+    assert "quick" in result.stderr  # the presets there are

@@ -190,3 +190,17 @@ def test_report_rows_make_a_table():
     table = pandas.DataFrame(size_report(mlp()))
     assert list(table["name"]) == ["0", "2", "4"]
     assert (table["bits_per_weight"] == 32.0).all()
+
+
+def test_a_module_without_weights_is_named_not_divided_by_zero():
+    import math
+
+    from torch import nn
+
+    from rlq.quant import bits_per_weight, size_report
+
+    with pytest.raises(ValueError, match="hold no weight"):
+        bits_per_weight(nn.Linear(0, 0))
+    assert math.isnan(size_report(nn.Linear(0, 0))[0]["bits_per_weight"])
+    mixed = nn.Sequential(nn.Linear(0, 0), nn.Linear(4, 2))  # an empty layer counts for nothing
+    assert bits_per_weight(mixed) == pytest.approx(bits_per_weight(nn.Sequential(nn.Linear(4, 2))))

@@ -68,3 +68,22 @@ def test_publish_copies_csvs_and_refuses_to_overwrite(tmp_path):
     (run / "table.csv").write_text("a,b\n5,6\n")
     publish(run, dest=dest, overwrite=True)
     assert (dest / "table.csv").read_text() == "a,b\n5,6\n"
+
+
+def test_publish_into_data_results_accepts_only_the_registrys_names(tmp_path):
+    from rlq.experiments.registry import ExperimentError
+    from rlq.experiments.results import publish
+
+    run = new_run_dir(tmp_path / "runs", "exp")
+    (run / "params.json").write_text("{}")
+    for experiment, preset, error, message in [
+        ("../../../../escaped_publish", "medium", ExperimentError, "escaped_publish"),
+        ("gst_td3_mujoco", "../medium", ValueError, "not one of gst_td3_mujoco's presets"),
+    ]:
+        (run / "results.json").write_text(json.dumps({"status": "ok", "experiment": experiment, "preset": preset}))
+        with pytest.raises(error, match=message):
+            publish(run)
+    assert not (tmp_path / "escaped_publish").exists()
+    (run / "results.json").write_text('{"status": "running", "experiment": "exp", "preset": "medium"}')
+    with pytest.raises(ValueError, match="the run is interrupted"):  # its runner is gone: not "running"
+        publish(run, dest=tmp_path / "d")

@@ -17,7 +17,7 @@ import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.paths import data_dir
-from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE
+from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE, run_state
 
 LEGACY_METHOD_NAMES = {"gradual": "pruning", "magnitude_pruning": "pruning"}
 """Earlier names of a compression method -> its name today: Zhu & Gupta's iterative-pruning baseline is ``pruning``."""
@@ -90,15 +90,24 @@ def publish(run_dir: str | Path, overwrite: bool = False, dest: str | Path | Non
     if not (run_dir / RESULTS_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no {RESULTS_FILE})")
     results = read_json(run_dir / RESULTS_FILE)
-    if results.get("status") != "ok":
-        raise ValueError(f"{run_dir}: status is {results.get('status')!r}; only finished runs are published")
+    state = run_state(run_dir, results)
+    if state != "ok":
+        raise ValueError(f"{run_dir}: the run is {state}; only finished runs are published")
     experiment, preset = results.get("experiment"), results.get("preset")
     if not experiment or not preset:
         raise ValueError(f"{run_dir}: results.json names no experiment or preset")
+    if dest is None:  # into data/results: only the registry's experiment and preset names, no path in them
+        from rlq.experiments.registry import get_experiment
+
+        known = get_experiment(str(experiment)).presets
+        if preset not in known:
+            raise ValueError(
+                f"{run_dir}: preset {preset!r} is not one of {experiment}'s presets {sorted(known)}"
+            )
     target = Path(dest) if dest is not None else committed_dir(experiment, preset)
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(
-            f"{target} already holds published results; pass overwrite=True to replace them"
+            f"{target} already holds published results; pass --overwrite (rlq publish) or overwrite=True to replace them"
         )
     target.mkdir(parents=True, exist_ok=True)
     for csv in sorted(run_dir.glob("*.csv")):

@@ -96,8 +96,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from rlq.experiments.runner import run_experiment
 
+    experiments = list_experiments()
+    known = sorted({preset for exp in experiments for preset in exp.presets})
+    if args.preset not in known:
+        raise ExperimentError(f"no experiment has a preset {args.preset!r}; the presets are {known}")
     lines, failed = [], 0
-    for exp in list_experiments():
+    for exp in experiments:
         if args.preset not in exp.presets:
             lines.append(f"{exp.name}: skipped (no preset {args.preset!r})")
             continue

@@ -116,8 +116,8 @@ class LayerStorage:
 
     @property
     def bits_per_weight(self) -> float:
-        """Return ``total_bits / dense``."""
-        return self.total_bits / self.dense
+        """Return ``total_bits / dense`` (NaN for a layer without weights, e.g. ``nn.Linear(0, 0)``)."""
+        return self.total_bits / self.dense if self.dense else float("nan")
 
 
 def _gaps(mask: Tensor) -> Tensor:
@@ -339,7 +339,12 @@ def bits_per_weight(
     rows = size_report(module, bits, per_channel)
     if not rows:
         raise ValueError(f"{type(module).__name__} has no Linear or convolution layer to measure")
-    return sum(r["total_bits"] for r in rows) / sum(r["dense"] for r in rows)
+    dense = sum(r["dense"] for r in rows)
+    if dense == 0:
+        raise ValueError(
+            f"{type(module).__name__}'s Linear and convolution layers hold no weight (all are empty)"
+        )
+    return sum(r["total_bits"] for r in rows) / dense
 
 
 __all__ = [
