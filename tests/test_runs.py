@@ -80,7 +80,9 @@ def test_publish_into_data_results_accepts_only_the_registrys_names(tmp_path):
         ("../../../../escaped_publish", "medium", ExperimentError, "escaped_publish"),
         ("gst_td3_mujoco", "../medium", ValueError, "not one of gst_td3_mujoco's presets"),
     ]:
-        (run / "results.json").write_text(json.dumps({"status": "ok", "experiment": experiment, "preset": preset}))
+        (run / "results.json").write_text(
+            json.dumps({"status": "ok", "experiment": experiment, "preset": preset})
+        )
         with pytest.raises(error, match=message):
             publish(run)
     assert not (tmp_path / "escaped_publish").exists()
