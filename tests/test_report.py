@@ -305,3 +305,28 @@ def test_a_variant_of_its_preset_answers_no_claim(tmp_path):
     assert row["ours"] == 70.0
     runs = runs_table(records, Paths(tmp_path / "report.html", tmp_path))
     assert runs["status"].str.contains("variant of its preset in: bc_end").sum() == 1
+
+
+def test_a_damaged_results_file_is_listed_unreadable_and_the_report_goes_on(tmp_path):
+    parent = tmp_path / "runs"
+    estimates = {"gst_final_compression_pct": _estimate(69.8, 68.0, 71.0, 3)}
+    good = _run(parent, "gst_classification", "medium", "ok", {"dataset": "cifar10", "estimates": estimates})
+    bad = _run(parent, "gst_classification", "paper", "ok", {})
+    (bad / "results.json").write_text('{"status": "ok", "experi')  # cut off mid-write
+    published = tmp_path / "results" / "gst_td3_mujoco" / "medium"
+    published.mkdir(parents=True)
+    (published / "results.json").write_text("not json")
+    (published / "params.json").write_text("{}")
+    (good / "attempts" / "1").mkdir(parents=True)
+    (good / "attempts" / "1" / "results.json").write_text("{")  # a damaged archived attempt
+    records = collect_runs(parent, tmp_path / "results")
+    assert sorted(r.status for r in records) == ["ok", "unreadable", "unreadable"]
+    assert "results.json" in next(r for r in records if r.path == bad).results["error"]
+    out, text = build_report(parent, tmp_path / "r.html", tmp_path / "results")
+    assert out.exists() and "unreadable" in out.read_text()
+    row = (
+        claims_table(records)
+        .query("metric == 'compression_ratio' and family == 'GST classification'")
+        .iloc[0]
+    )
+    assert row.verdict == "holds" and good.name in str(row.run)

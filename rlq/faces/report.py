@@ -103,7 +103,13 @@ class RunRecord:
         folders = sorted(
             (self.path / "attempts").glob("*/"), key=lambda p: int(p.name) if p.name.isdigit() else 0
         )
-        return [read_json(p / RESULTS_FILE) for p in folders if (p / RESULTS_FILE).is_file()]
+        attempts = []
+        for folder in (f for f in folders if (f / RESULTS_FILE).is_file()):
+            try:
+                attempts.append(read_json(folder / RESULTS_FILE))
+            except ValueError:  # a damaged archived attempt counts for nothing; the current results stand
+                continue
+        return attempts
 
     @property
     def reanalysed(self) -> bool:
@@ -138,19 +144,32 @@ def _preset_params(experiment: str, preset: str | None) -> dict[str, Any]:
     return _PRESETS[experiment, preset]
 
 
+UNREADABLE = "unreadable"
+"""The status of a run folder or published result whose results.json or params.json is damaged."""
+
+
 def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) -> list[RunRecord]:
-    """Return every run under ``runs_dir`` and every published result under ``results_dir``."""
+    """Return every run under ``runs_dir`` and every published result under ``results_dir`` (damaged: unreadable)."""
     records = []
     for path in [*list_runs(runs_dir), *sweep_points(runs_dir)]:  # a sweep's points are ordinary runs
-        results = read_json(path / RESULTS_FILE)
+        try:
+            results, params = read_json(path / RESULTS_FILE), read_json(path / PARAMS_FILE)
+        except ValueError as e:  # a damaged file: listed as unreadable, the report goes on
+            records.append(RunRecord(path.parent.name, None, UNREADABLE, path, False, {}, {"error": str(e)}))
+            continue
         state = run_state(path, results)  # a killed run shows as interrupted, not running
         experiment = results.get("experiment") or path.parent.name
-        params = read_json(path / PARAMS_FILE)
         records.append(RunRecord(experiment, results.get("preset"), state, path, False, params, results))
     results_dir = Path(results_dir) if results_dir is not None else data_dir() / "results"
     for path in sorted(results_dir.glob(f"*/*/{RESULTS_FILE}")):
-        results, folder = read_json(path), path.parent
-        params = read_json(folder / PARAMS_FILE)
+        folder = path.parent
+        try:
+            results, params = read_json(path), read_json(folder / PARAMS_FILE)
+        except ValueError as e:
+            records.append(
+                RunRecord(folder.parent.name, folder.name, UNREADABLE, folder, True, {}, {"error": str(e)})
+            )
+            continue
         status = results.get("status", "unknown")
         records.append(RunRecord(folder.parent.name, folder.name, status, folder, True, params, results))
     return records
