@@ -89,3 +89,17 @@ def test_publish_into_data_results_accepts_only_the_registrys_names(tmp_path):
     (run / "results.json").write_text('{"status": "running", "experiment": "exp", "preset": "medium"}')
     with pytest.raises(ValueError, match="the run is interrupted"):  # its runner is gone: not "running"
         publish(run, dest=tmp_path / "d")
+
+
+def test_a_run_id_that_is_taken_is_drawn_again(tmp_path, monkeypatch):
+    import secrets
+    from datetime import datetime, timezone
+
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    draws = iter(["aaaaaa", "aaaaaa", "bbbbbb"])
+    monkeypatch.setattr(secrets, "token_hex", lambda n: next(draws))
+    first = new_run_dir(tmp_path, "exp", now=now)
+    second = new_run_dir(tmp_path, "exp", now=now)  # the same second, the same first draw
+    assert first.name.endswith("-aaaaaa") and second.name.endswith("-bbbbbb") and second.is_dir()
+    with pytest.raises(FileExistsError):
+        new_run_dir(tmp_path, "exp", now=now, run_id="aaaaaa")

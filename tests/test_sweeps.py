@@ -176,3 +176,12 @@ def test_a_sweep_on_ray_writes_every_point_and_leaves_no_ray_behind(tiny_noteboo
         "notebooks",
         "out",
     ]  # no Ray folder in the working dir
+
+
+def test_a_grid_above_the_limit_is_refused_naming_its_size_before_any_folder(tiny_notebooks, tmp_path):
+    from rlq.experiments.sweeps import MAX_POINTS
+
+    values = ",".join(str(i) for i in range(MAX_POINTS + 1))
+    with pytest.raises(ExperimentError, match=f"{MAX_POINTS + 1} points .* more than a sweep's {MAX_POINTS}"):
+        create_sweep("tiny", [f"x={values}"], out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -42,11 +42,22 @@ def utc_stamp(now: datetime | None = None) -> str:
 def new_run_dir(
     parent: str | Path, name: str, *, now: datetime | None = None, run_id: str | None = None
 ) -> Path:
-    """Return a freshly created ``parent/name/<UTC timestamp>-<short id>/``; never reuses an existing folder."""
-    path = Path(parent) / name / f"{utc_stamp(now)}-{run_id or secrets.token_hex(3)}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.mkdir(exist_ok=False)  # FileExistsError rather than writing into another run's folder
-    return path
+    """Return a freshly created ``parent/name/<UTC timestamp>-<short id>/``; never reuses an existing folder.
+
+    A drawn id that is taken already (many folders made in one second) is drawn again; a given ``run_id``
+    that is taken raises FileExistsError rather than writing into another run's folder.
+    """
+    folder = Path(parent) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        path = folder / f"{utc_stamp(now)}-{run_id or secrets.token_hex(3)}"
+        try:
+            path.mkdir(exist_ok=False)
+            return path
+        except FileExistsError:
+            if run_id is not None:
+                raise
+    raise FileExistsError(f"no free run folder name under {folder} after 100 draws")
 
 
 def run_dir() -> Path:

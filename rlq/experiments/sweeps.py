@@ -84,6 +84,11 @@ def parse_grid(experiment: Experiment, grid: Sequence[str]) -> dict[str, list[tu
     return parsed
 
 
+MAX_POINTS = 1000
+"""The most points a sweep may have: its grid's size is checked before anything is planned or created (a
+10^6-point grid once took a minute and 1.6 GB to plan, wrote a 470 MB sweep.json and 5,828 folders, then failed)."""
+
+
 def plan_points(
     experiment: Experiment,
     preset: str | None,
@@ -94,6 +99,10 @@ def plan_points(
     clash = sorted(set(grid) & {key for key, _ in overrides})
     if clash:
         raise ExperimentError(f"{', '.join(clash)}: given both with -p and --grid")
+    size = math.prod(len(values) for values in grid.values())
+    if size > MAX_POINTS:
+        counts = " x ".join(f"{len(values)} {key}" for key, values in grid.items())
+        raise ExperimentError(f"the grid has {size} points ({counts}), more than a sweep's {MAX_POINTS}")
     points: list[dict[str, Any]] = [{"grid": {}, "texts": []}]
     for key, values in grid.items():
         points = [
