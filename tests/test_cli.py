@@ -166,3 +166,23 @@ def test_reproduce_with_an_unknown_preset_is_bad_input():
     result = run_cli("reproduce", "--preset", "quik")
     assert result.returncode == 2 and "no experiment has a preset 'quik'" in result.stderr
     assert "quick" in result.stderr  # the presets there are
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p | {"x": "abc"}, "expects int"),
+        (lambda p: {}, "lacks"),
+    ],
+)
+def test_resume_checks_a_hand_edited_params_file_as_run_checks_new_ones(
+    tiny_notebooks, tmp_path, edit, message
+):
+    out = tmp_path / "out"
+    assert run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out)).returncode == 1
+    run_dir = next((out / "tiny").iterdir())
+    params = json.loads((run_dir / "params.json").read_text())
+    (run_dir / "params.json").write_text(json.dumps(edit(params)))
+    result = run_cli("run", "--resume", str(run_dir))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (run_dir / "attempts").exists()  # refused before anything was archived or started

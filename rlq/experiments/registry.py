@@ -39,7 +39,20 @@ class Parameter:
     :mod:`rlq.experiments.constraints`)."""
 
     def check(self, value: Any, source: str = "") -> None:
-        """Raise ExperimentError naming the parameter (and ``source``) when ``value`` breaks its constraint."""
+        """Raise ExperimentError naming the parameter (and ``source``) when ``value`` has the wrong type or breaks
+        its constraint."""
+        kind = type(self.default)
+        fits = (
+            self.default is None
+            or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+            or (kind is int and isinstance(value, int) and not isinstance(value, bool))
+            or (kind not in (int, float) and isinstance(value, kind))
+        )
+        if not fits:
+            raise ExperimentError(
+                f"parameter {self.name!r} expects {kind.__name__} (default {self.default!r}); got {value!r}"
+                f"{f' ({source})' if source else ''}"
+            )
         try:
             check_value(self.name, value, self.default, self.constraint)
         except ConstraintError as e:

@@ -223,6 +223,14 @@ def _resume_locked(path: Path, rerun: bool, **kwargs: Any) -> RunOutcome:
     unknown = set(params) - set(experiment.parameters)
     if unknown:
         raise ValueError(f"{path}: parameters {sorted(unknown)} no longer exist in {experiment.name}")
+    missing = sorted(set(experiment.parameters) - set(params))
+    if missing:
+        raise ExperimentError(
+            f"{path / PARAMS_FILE} lacks {missing}: a run folder records every parameter; restore them (or start a "
+            "new run) rather than resume with the notebook's defaults"
+        )
+    for name, value in params.items():  # as `rlq run` checks new ones, before the kernel starts
+        experiment.parameters[name].check(value, f"{path / PARAMS_FILE}")
     n = 1
     while (path / "attempts" / str(n)).exists():
         n += 1
