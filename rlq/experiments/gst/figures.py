@@ -24,7 +24,7 @@ def compression_figure(
     paper_average: float | None = None,
     x_label: str = "environment steps",
 ) -> go.Figure:
-    """Return each run's compression ratio over training, one color per method (one dash per seed, when there is a seed).
+    """Return each run's compression ratio over training: one color and one legend entry per method, a line per seed.
 
     ``paper_average`` draws the paper's average compression of GST as a dashed line.
     """
@@ -33,7 +33,7 @@ def compression_figure(
         x="step",
         y="compression_ratio",
         color="method",
-        line_dash="seed" if "seed" in history.columns else None,
+        line_group="seed" if "seed" in history.columns else None,  # 10 seeds stay one legend entry per method
         facet_col=facet_col,
         line_shape="hv",
         title=title,
@@ -55,7 +55,8 @@ def training_return_figure(
     x_label: str = "environment steps",
     y_label: str | None = None,
 ) -> go.Figure:
-    """Return each run's training episode returns over training, as a rolling mean of ``window`` episodes."""
+    """Return each run's training episode returns over training (a rolling mean of ``window`` episodes): one color
+    and one legend entry per method, a line per seed."""
     y_label = y_label or f"return (mean of {window} episodes)"
     runs = [c for c in ("env_id", "seed", "method") if c in curve.columns]
     smooth = curve.sort_values("timestep").copy()
@@ -67,7 +68,7 @@ def training_return_figure(
         x="timestep",
         y=y_label,
         color="method",
-        line_dash="seed",
+        line_group="seed",
         facet_col=facet_col,
         title=title,
         template=TEMPLATE,
