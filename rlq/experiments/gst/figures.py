@@ -105,13 +105,18 @@ def method_bars_figure(
 
 
 def gst_gap_figure(
-    means: pd.DataFrame, *, paper_gap_pp: tuple[float, float], paper_best: float | None = None
+    means: pd.DataFrame,
+    *,
+    paper_gap_pp: tuple[float, float],
+    paper_best: float | None = None,
+    paper_best_task: str = "Humanoid",
 ) -> go.Figure:
     """Return per task and method the average compression and the evaluation return, with the paper's gap over pruning.
 
     ``means`` is :func:`rlq.experiments.gst.method_means` by ``("env_id", "method")``. On GST's bar, the paper's
     gap over iterative pruning (``paper_gap_pp``, in %p) is drawn on top of our pruning run's average;
-    ``paper_best`` (in %) is the paper's best average compression.
+    ``paper_best`` (in %) is the paper's best average compression, drawn only when a task's id contains
+    ``paper_best_task`` (the paper reports it on Humanoid).
     """
     gain_min, gain_max = paper_gap_pp
     fig = make_subplots(
@@ -148,16 +153,20 @@ def gst_gap_figure(
                 row=1,
                 col=2,
                 annotation_text="dense (paper: no drop)",
+                annotation_position="bottom left",
             )
-    if paper_best is not None:
+    if paper_best is not None and any(paper_best_task in env_id for env_id in env_ids):
         fig.add_hline(
             y=paper_best / 100,
             line_dash="dash",
             row=1,
             col=1,
-            annotation_text=f"paper: up to {paper_best:g}%",
+            annotation_text=f"paper ({paper_best_task}): up to {paper_best:g}%",
+            annotation_position="bottom left",
         )
-    fig.update_layout(template=TEMPLATE, barmode="group", height=450)
+    fig.update_yaxes(title_text="average compression ratio", row=1, col=1)
+    fig.update_yaxes(title_text="evaluation return", row=1, col=2)
+    fig.update_layout(template=TEMPLATE, barmode="group", height=450, margin=dict(t=90))
     return fig
 
 
