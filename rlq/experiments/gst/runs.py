@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,13 +261,24 @@ def train_and_evaluate_all(
         if name == "summary":
             stacked[name] = pd.DataFrame([r["summary"] for r in results])
         else:
-            stacked[name] = (
-                pd.concat([r[name] for r in results], ignore_index=True) if results else pd.DataFrame()
-            )
+            stacked[name] = _stack([r[name] for r in results])
     if out is not None:
         for name, table in stacked.items():
             table.to_csv(Path(out) / f"{name}.csv", index=False)
     return results, stacked
+
+
+def _stack(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Return ``frames`` stacked as pandas 2 does now: a dense run's empty event table and all-NA columns (its
+    block size) take no part in the dtypes, so the committed CSVs keep their formats (pandas warns that a later
+    version will change this; the warning is for us, not for a notebook's reader)."""
+    if not frames:
+        return pd.DataFrame()
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="The behavior of DataFrame concatenation", category=FutureWarning
+        )
+        return pd.concat(frames, ignore_index=True)
 
 
 def record_failed_jobs(out: str | Path, failures: Sequence[JobFailure]) -> None:
