@@ -54,3 +54,13 @@ def test_pages_state_what_is_true_not_what_a_session_did(page):
     text = page.read_text()
     found = re.search(r"\bI (did|found|ran|measured|checked|tried|could|have|left)\b|\b[Ii]ssue \d+\b", text)
     assert not found, f"{page.relative_to(ROOT)} says {found.group(0)!r}"
+
+
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebooks_markdown_states_what_is_true_not_what_a_session_did(notebook):
+    import json
+
+    cells = json.loads(notebook.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    found = re.search(r"\bI (did|found|ran|measured|checked|tried|could|have|left)\b|\b[Ii]ssue \d+\b", text)
+    assert not found, f"{notebook.name} says {found.group(0)!r}"
