@@ -428,10 +428,17 @@ def markdown_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
             ours_text(r) or "–",
             seeds_text(r) if r.verdict != NOT_MEASURED else "",
             r.preset or "",
-            f"**{r.verdict}**" + (f" ({'; '.join(p for p in (r.reason, r.setting) if p)})"),
+            f"**{r.verdict}**" + (f" ({'; '.join(p for p in _short(r.reason, r.setting) if p)})"),
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _short(reason: Any, setting: Any) -> tuple[str, str]:
+    """Return the first clause of a verdict's reason and of its setting note, for a table cell a reader scans."""
+    first = str(reason).split("; ")[0] if isinstance(reason, str) else ""
+    note = str(setting).split(": ")[0] if isinstance(setting, str) else ""
+    return first, note
 
 
 def _project_root() -> Path | None:
