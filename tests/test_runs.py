@@ -103,3 +103,52 @@ def test_a_run_id_that_is_taken_is_drawn_again(tmp_path, monkeypatch):
     assert first.name.endswith("-aaaaaa") and second.name.endswith("-bbbbbb") and second.is_dir()
     with pytest.raises(FileExistsError):
         new_run_dir(tmp_path, "exp", now=now, run_id="aaaaaa")
+
+
+def _published_run(tmp_path, experiment: str, preset: str, **changes) -> Path:
+    from rlq.experiments.registry import get_experiment
+
+    run = new_run_dir(tmp_path / "runs", experiment)
+    params = {**get_experiment(experiment).resolve(preset), **changes}
+    (run / "params.json").write_text(json.dumps(params))
+    (run / "results.json").write_text(json.dumps({"status": "ok", "experiment": experiment, "preset": preset}))
+    (run / "summary.csv").write_text("a\n1\n")
+    return run
+
+
+def test_publish_refuses_a_variant_under_its_presets_name_and_takes_it_under_its_own(tmp_path, monkeypatch):
+    import rlq.experiments.results as results
+
+    monkeypatch.setattr(results, "data_dir", lambda: tmp_path / "data")
+    variant = _published_run(tmp_path, "gst_td3_mujoco", "medium", total_timesteps=1000, seeds=[0])
+    with pytest.raises(ValueError, match=r"variant of gst_td3_mujoco's medium preset \(it changes total_timesteps\)"):
+        results.publish(variant)
+    with pytest.raises(ValueError, match=r"variant of .* --as medium_total_timesteps"):
+        results.publish(variant, overwrite=True)  # --overwrite does not make a variant the preset's result
+    assert not (tmp_path / "data").exists()
+    with pytest.raises(ValueError, match="another preset of gst_td3_mujoco"):
+        results.publish(variant, name="ablation")
+    with pytest.raises(ValueError, match="lower-case letters"):
+        results.publish(variant, name="../elsewhere")
+    target = results.publish(variant, name="medium_short")
+    assert target == tmp_path / "data" / "results" / "gst_td3_mujoco" / "medium_short"
+    assert (target / "summary.csv").read_text() == "a\n1\n"
+    # seeds and how a run runs do not make a variant: the preset's own run publishes under its name
+    same = _published_run(tmp_path, "gst_td3_mujoco", "medium", seeds=[0, 1, 2], workers=1)
+    assert results.publish(same).name == "medium"
+
+
+def test_publish_replaces_the_folder_as_a_whole(tmp_path, monkeypatch):
+    import rlq.experiments.results as results
+
+    monkeypatch.setattr(results, "data_dir", lambda: tmp_path / "data")
+    run = _published_run(tmp_path, "gst_td3_mujoco", "medium")
+    (run / "history.csv").write_text("b\n2\n")
+    target = results.publish(run)
+    (target / "figure.png").write_bytes(b"stale")
+    (run / "history.csv").unlink()
+    (run / "summary.csv").write_text("a\n9\n")
+    assert results.publish(run, overwrite=True) == target
+    assert sorted(p.name for p in target.iterdir()) == ["params.json", "results.json", "summary.csv"]
+    assert (target / "summary.csv").read_text() == "a\n9\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["medium"]  # no staging folder left behind

@@ -80,11 +80,54 @@ def load_committed_results(experiment: str, preset: str) -> dict[str, Any] | Non
     return normalize_method_names(read_json(path)) if path.exists() else None
 
 
-def publish(run_dir: str | Path, overwrite: bool = False, dest: str | Path | None = None) -> Path:
+FREE_KEYS = frozenset(
+    {
+        "seed",
+        "seeds",
+        "workers",
+        "executor",
+        "ray_address",
+        "torch_threads",
+        "checkpoint_every",
+        "show_committed",
+        "eval_episodes",
+    }
+)
+"""Parameters a run may change and still answer its preset's claims: how many seeds, how it runs, what it shows."""
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_]*")
+_RESOLVED: dict[tuple[str, str | None], dict[str, Any]] = {}
+
+
+def variant_params(experiment: str, preset: str | None, params: dict[str, Any]) -> list[str]:
+    """Return the parameters (outside :data:`FREE_KEYS`) in which ``params`` depart from ``experiment``'s ``preset``.
+
+    A run with any is a variant of its preset (an ablation, say) and answers none of its claims. An unknown
+    experiment or preset gives none, and parameters the notebook has gained since the run are not held
+    against it.
+    """
+    from rlq.experiments.registry import ExperimentError, get_experiment
+
+    if (experiment, preset) not in _RESOLVED:
+        try:
+            _RESOLVED[experiment, preset] = get_experiment(experiment).resolve(preset)
+        except ExperimentError:
+            _RESOLVED[experiment, preset] = {}
+    expected = _RESOLVED[experiment, preset]
+    params = normalize_method_names(params)  # published before a method was renamed
+    return sorted(k for k, v in expected.items() if k not in FREE_KEYS and k in params and params[k] != v)
+
+
+def publish(
+    run_dir: str | Path, overwrite: bool = False, dest: str | Path | None = None, name: str | None = None
+) -> Path:
     """Return the folder a finished run's CSVs, parameters and numbers were copied to.
 
-    Refuses a run that did not finish (``status`` other than ``ok``) and, unless ``overwrite``, a
-    destination that already holds results.
+    Into ``data/results/<experiment>/<preset>/``, or ``<experiment>/<name>/`` with ``name``; both only with
+    the registry's experiment names. Refuses a run that did not finish (``status`` other than ``ok``), a
+    variant of its preset (:func:`variant_params`) under the preset's name (it goes under a ``name`` of its
+    own) and, unless ``overwrite``, a destination that already holds results. The destination is replaced
+    as a whole: no file of an earlier publish stays beside the new one.
     """
     run_dir = Path(run_dir)
     if not (run_dir / RESULTS_FILE).is_file():
@@ -96,6 +139,8 @@ def publish(run_dir: str | Path, overwrite: bool = False, dest: str | Path | Non
     experiment, preset = results.get("experiment"), results.get("preset")
     if not experiment or not preset:
         raise ValueError(f"{run_dir}: results.json names no experiment or preset")
+    if name is not None and not _NAME.fullmatch(name):
+        raise ValueError(f"publish name {name!r} must be lower-case letters, digits and underscores")
     if dest is None:  # into data/results: only the registry's experiment and preset names, no path in them
         from rlq.experiments.registry import get_experiment
 
@@ -104,14 +149,28 @@ def publish(run_dir: str | Path, overwrite: bool = False, dest: str | Path | Non
             raise ValueError(
                 f"{run_dir}: preset {preset!r} is not one of {experiment}'s presets {sorted(known)}"
             )
-    target = Path(dest) if dest is not None else committed_dir(experiment, preset)
+        changed = variant_params(str(experiment), str(preset), read_json(run_dir / PARAMS_FILE))
+        if name in (None, preset) and changed:
+            raise ValueError(
+                f"{run_dir} is a variant of {experiment}'s {preset} preset (it changes {', '.join(changed)}); "
+                f"publish it under a name of its own: rlq publish {run_dir} --as {preset}_{changed[0]}"
+            )
+        if name in known and name != preset:
+            raise ValueError(f"{name!r} is another preset of {experiment}; a variant's name must not be one")
+    target = Path(dest) if dest is not None else committed_dir(experiment, name or preset)
     if target.exists() and any(target.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"{target} already holds published results; pass --overwrite (rlq publish) or overwrite=True to replace them"
-        )
-    target.mkdir(parents=True, exist_ok=True)
+        raise FileExistsError(f"{target} already holds published results; pass --overwrite to replace them")
+    staging = target.with_name(f".{target.name}.publishing")
+    shutil.rmtree(staging, ignore_errors=True)  # left by a publish that was killed
+    staging.mkdir(parents=True)
     for csv in sorted(run_dir.glob("*.csv")):
-        shutil.copy2(csv, target / csv.name)
-    shutil.copy2(run_dir / PARAMS_FILE, target / PARAMS_FILE)
-    write_json(target / RESULTS_FILE, {**results, "run_folder": run_dir.name})
+        shutil.copy2(csv, staging / csv.name)
+    shutil.copy2(run_dir / PARAMS_FILE, staging / PARAMS_FILE)
+    write_json(staging / RESULTS_FILE, {**results, "run_folder": run_dir.name})
+    old = target.with_name(f".{target.name}.replaced")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
     return target

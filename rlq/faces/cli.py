@@ -123,7 +123,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 def _cmd_publish(args: argparse.Namespace) -> int:
     from rlq.experiments.results import publish
 
-    print(publish(args.run_dir, overwrite=args.overwrite))
+    print(publish(args.run_dir, overwrite=args.overwrite, name=args.name))
     return 0
 
 
@@ -221,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("publish", help="copy a finished run's CSVs into data/results/<experiment>/<preset>/")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--overwrite", action="store_true", help="replace results already published there")
+    p.add_argument(
+        "--as", dest="name", default=None,
+        help="publish under data/results/<experiment>/NAME/ (a variant of its preset, such as an ablation, must)",
+    )  # fmt: skip
     p.set_defaults(func=_cmd_publish)
 
     p = sub.add_parser("report", help="which paper claims hold: runs/report.html and the verdicts as text")

@@ -21,8 +21,7 @@ from rlq.core.jsonio import read_json
 from rlq.experiments.claims import CLAIMS, FAMILIES, VERDICTS, Claim, judge, our_estimate
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir, repo_root
-from rlq.experiments.registry import ExperimentError, get_experiment
-from rlq.experiments.results import normalize_method_names
+from rlq.experiments.results import variant_params
 from rlq.experiments.runs import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
 from rlq.experiments.sweeps import sweep_points
 from rlq.faces.report_text import Paths, interval, paper_text
@@ -31,21 +30,6 @@ PRESET_RANK = {"paper": 3, "long": 2.5, "medium": 2, "quick": 1}
 """A claim is judged on its largest finished preset: ``long`` (a preset some experiments add, between their
 ``medium`` and ``paper`` budgets) beats ``medium``; a variant's name (an ablation) ranks below every preset."""
 NOT_MEASURED = "not measured"
-
-FREE_KEYS = frozenset(
-    {
-        "seed",
-        "seeds",
-        "workers",
-        "executor",
-        "ray_address",
-        "torch_threads",
-        "checkpoint_every",
-        "show_committed",
-        "eval_episodes",
-    }
-)
-"""Parameters a run may change and still answer its preset's claims: how many seeds, how it runs, what it shows."""
 
 
 @dataclass
@@ -80,18 +64,13 @@ class RunRecord:
 
     @property
     def variant_of_preset(self) -> list[str]:
-        """Return the parameters (outside :data:`FREE_KEYS`) in which the run departs from its preset, e.g. an ablation.
+        """Return the parameters in which the run departs from its preset, e.g. an ablation (:func:`variant_params`).
 
         A run folder that is a variant answers no claim of its preset. Unknown experiments and parameters the
         notebook has gained since are not held against a run; a published result whose preset has changed
         since it was published still answers (it is what the preset was), and the runs table says so.
         """
-        try:
-            expected = _preset_params(self.experiment, self.preset)
-        except ExperimentError:
-            return []
-        params = normalize_method_names(self.params)  # published before a method was renamed
-        return sorted(k for k, v in expected.items() if k not in FREE_KEYS and k in params and params[k] != v)
+        return variant_params(self.experiment, self.preset, self.params)
 
     @property
     def notebook(self) -> Path | None:
@@ -132,16 +111,6 @@ class RunRecord:
             if attempt.get("status") == "ok":
                 break
         return total
-
-
-_PRESETS: dict[tuple[str, str | None], dict[str, Any]] = {}
-
-
-def _preset_params(experiment: str, preset: str | None) -> dict[str, Any]:
-    """Return the parameters ``experiment`` resolves to at ``preset`` (cached; ExperimentError when unknown)."""
-    if (experiment, preset) not in _PRESETS:
-        _PRESETS[experiment, preset] = get_experiment(experiment).resolve(preset)
-    return _PRESETS[experiment, preset]
 
 
 UNREADABLE = "unreadable"
