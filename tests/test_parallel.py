@@ -310,3 +310,59 @@ def fails_without_file(i: int, keys: dict, out: str) -> int:
     if i == 2 and not os.path.exists(os.path.join(out, "fixed")):
         raise RuntimeError("not fixed yet")
     return i
+
+
+_ORPHAN_SCRIPT = """
+import os, sys, time
+from pathlib import Path
+from rlq.rl.parallel import run_jobs
+
+def sleeper(folder, i):
+    (Path(folder) / f"worker_{i}.pid").write_text(str(os.getpid()))
+    time.sleep(120)
+    return i
+
+if __name__ == "__main__":
+    run_jobs(sleeper, [{"folder": sys.argv[1], "i": i} for i in range(2)], workers=2)
+"""
+
+
+def test_worker_processes_exit_when_their_parent_is_killed(tmp_path):
+    """A SIGKILLed parent leaves no worker training on (a --resume would train beside it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "orphans.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("worker_*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in tmp_path.glob("worker_*.pid")]
+        assert len(pids) == 2, "the workers never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+        def alive(pid: int) -> bool:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+            except FileNotFoundError:
+                return False
+            return state != "Z"
+
+        deadline = time.monotonic() + 15
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in pids if alive(pid)], "worker processes outlived their killed parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in tmp_path.glob("worker_*.pid"):
+            try:
+                os.kill(int(p.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -254,10 +254,11 @@ def test_killed_run_is_interrupted_not_running(tmp_path):
     assert [r.status for r in records] == ["interrupted"]
 
 
-def test_sigterm_stops_a_run_like_ctrl_c(tmp_path):
-    proc, run_dir = _start_run(tmp_path)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_stop_a_run_like_ctrl_c(tmp_path, signum):
+    proc, run_dir = _start_run(tmp_path)  # SIGHUP is what a closed terminal sends
     try:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:

@@ -105,13 +105,15 @@ def test_a_run_id_that_is_taken_is_drawn_again(tmp_path, monkeypatch):
         new_run_dir(tmp_path, "exp", now=now, run_id="aaaaaa")
 
 
-def _published_run(tmp_path, experiment: str, preset: str, **changes) -> Path:
+def _published_run(tmp_path, experiment: str, preset: str, **changes):
     from rlq.experiments.registry import get_experiment
 
     run = new_run_dir(tmp_path / "runs", experiment)
     params = {**get_experiment(experiment).resolve(preset), **changes}
     (run / "params.json").write_text(json.dumps(params))
-    (run / "results.json").write_text(json.dumps({"status": "ok", "experiment": experiment, "preset": preset}))
+    (run / "results.json").write_text(
+        json.dumps({"status": "ok", "experiment": experiment, "preset": preset})
+    )
     (run / "summary.csv").write_text("a\n1\n")
     return run
 
@@ -121,7 +123,9 @@ def test_publish_refuses_a_variant_under_its_presets_name_and_takes_it_under_its
 
     monkeypatch.setattr(results, "data_dir", lambda: tmp_path / "data")
     variant = _published_run(tmp_path, "gst_td3_mujoco", "medium", total_timesteps=1000, seeds=[0])
-    with pytest.raises(ValueError, match=r"variant of gst_td3_mujoco's medium preset \(it changes total_timesteps\)"):
+    with pytest.raises(
+        ValueError, match=r"variant of gst_td3_mujoco's medium preset \(it changes total_timesteps\)"
+    ):
         results.publish(variant)
     with pytest.raises(ValueError, match=r"variant of .* --as medium_total_timesteps"):
         results.publish(variant, overwrite=True)  # --overwrite does not make a variant the preset's result

@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``rlq`` command line and return its exit code (2 for bad input)."""
     args = build_parser().parse_args(argv)
-    previous = _stop_on_sigterm()
+    previous = _stop_on_signals()
     try:
         return args.func(args)
     except (ExperimentError, FileNotFoundError, FileExistsError, ValueError) as e:
@@ -262,18 +262,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _stop_on_sigterm() -> Any:
-    """Return the previous SIGTERM handler after making SIGTERM stop a run as Ctrl-C does (main thread only)."""
+def _stop_on_signals() -> Any:
+    """Return the previous handlers after making SIGTERM and SIGHUP (a closed terminal) stop a run as Ctrl-C does.
+
+    Main thread only (None elsewhere).
+    """
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, _raise_interrupt)
+    return {signum: signal.signal(signum, _raise_interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
 
 
 if __name__ == "__main__":

@@ -279,7 +279,12 @@ def _run_in_processes(batch: _Batch, pending: list[int], workers: int) -> None:
     context = multiprocessing.get_context("spawn")
     with (
         progress.relay_to_this_process() as poll,
-        ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context) as pool,
+        ProcessPoolExecutor(
+            max_workers=min(workers, len(pending)),
+            mp_context=context,
+            initializer=exit_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool,
     ):
         futures = {
             pool.submit(run_job, batch.func, batch.ids[i], batch.labels[i], batch.jobs[i]): i for i in pending
@@ -302,6 +307,29 @@ def _run_in_processes(batch: _Batch, pending: list[int], workers: int) -> None:
                 if future.cancel():
                     progress.emit("job_end", id=batch.ids[index], status="cancelled")
             raise
+
+
+PARENT_POLL_SECONDS = 0.5
+"""How often a worker process checks that the process that started it is alive."""
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Make this worker process exit once ``parent_pid`` (the process that started it) is gone.
+
+    A worker outlives a parent killed by SIGKILL or SIGHUP (a closed terminal) and would go on training,
+    writing into job folders that a ``--resume`` then trains beside it. A daemon thread checks every
+    :data:`PARENT_POLL_SECONDS` whether this process has been re-parented and ends it at once (its
+    checkpoints are written atomically, so the newest complete one stands).
+    """
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(143)
+
+    threading.Thread(target=watch, name="rlq-exit-with-parent", daemon=True).start()
 
 
 def _crashed(exc: BaseException) -> bool:
