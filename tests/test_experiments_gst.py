@@ -172,7 +172,8 @@ def test_compare_methods_averages_seeds_and_judges_gst_against_dense():
     assert numbers["gap_gst_minus_pruning_pp"] == pytest.approx(20.0)
     assert numbers["final_return_pruning"] == pytest.approx(100.0)
     assert numbers["reward_change_gst_vs_dense_pct"] == pytest.approx(-20.0)
-    assert numbers["reward_drop_beyond_seed_noise_pct"] == pytest.approx(20.0)  # no spread over seeds here
+    # one rule answers "no reward drop": the interval of seed_estimates, judged by rlq.claims
+    assert "reward_drop_beyond_seed_noise_pct" not in numbers and "seed_std_pct_of_dense" not in numbers
     only_gst = compare_methods(summary[summary["method"] == "gst"], score_name="final_score")
     assert only_gst["avg_compression_pruning"] is None and only_gst["gap_gst_minus_pruning_pp"] is None
     assert only_gst["final_score_dense"] is None and only_gst["reward_change_gst_vs_dense_pct"] is None
