@@ -14,7 +14,9 @@ Keys: ``min``/``max`` (inclusive) and ``gt``/``lt`` (exclusive) bounds; ``choice
 ``items`` (the type of a list's items: int, float, str or bool); ``min_len`` (a list's shortest length);
 ``kind`` (``env_id``: a registered environment; ``algorithm``: an SB3 algorithm name; ``run``: a QuaRL run
 ``[algorithm, env_id, steps]`` with optional hyperparameters as a 4th item, ``"zoo"`` for rl-zoo3's steps or
-settings); ``nonfinite: ok`` (NaN and infinity are meaningful here). For a list, bounds, choices and kind apply to every item.
+settings; ``tuner.<setting>``, e.g. ``tuner.bits``: a value the sparsity tuner accepts for that setting, as
+:data:`rlq.experiments.tuner_space.SETTING_RANGES` declares it); ``nonfinite: ok`` (NaN and infinity are
+meaningful here). For a list, bounds, choices and kind apply to every item.
 
 Whatever is declared or not, a float that is NaN or infinite is rejected (unless ``nonfinite: ok``), and
 the items of a list whose default holds items of one type must have that type.
@@ -58,9 +60,23 @@ class Constraint:
                 parts.append(f"{op} {getattr(self, key):g}")
         if self.choices:
             parts.append("one of " + ", ".join(self.choices))
-        if self.kind:
+        if self.kind and _is_tuner_kind(self.kind):
+            parts.append(_tuner_range(self.kind).describe())
+        elif self.kind:
             parts.append("a known " + self.kind.replace("_", " "))
         return ", ".join(parts)
+
+
+def _is_tuner_kind(kind: str) -> bool:
+    from rlq.experiments.tuner_space import SETTING_RANGES, TUNER_KIND_PREFIX
+
+    return kind.startswith(TUNER_KIND_PREFIX) and kind[len(TUNER_KIND_PREFIX) :] in SETTING_RANGES
+
+
+def _tuner_range(kind: str) -> Any:
+    from rlq.experiments.tuner_space import SETTING_RANGES, TUNER_KIND_PREFIX
+
+    return SETTING_RANGES[kind[len(TUNER_KIND_PREFIX) :]]
 
 
 def parse_constraint(comment: str, where: str) -> Constraint:
@@ -81,7 +97,7 @@ def parse_constraint(comment: str, where: str) -> Constraint:
             elif key == "min_len":
                 fields[key] = int(text)
             elif key == "kind":
-                if text not in KINDS:
+                if text not in KINDS and not _is_tuner_kind(text):
                     raise KeyError(text)
                 fields[key] = text
             elif key == "nonfinite":
@@ -143,6 +159,11 @@ def _check_scalar(name: str, value: Any, c: Constraint) -> None:
             raise ConstraintError(f"parameter {name!r}: {e}") from None
     elif c.kind == "run":
         _check_run(name, value)
+    elif c.kind is not None and _is_tuner_kind(c.kind):
+        try:
+            _tuner_range(c.kind).check(name, value)
+        except ValueError as e:
+            raise ConstraintError(f"parameter {name!r}: {e}") from None
     elif c.kind == "algorithm":
         from rlq.rl.algorithms import check_algorithm_name
 
