@@ -22,7 +22,6 @@ from rlq.experiments.quarl import (
     precision_intervals,
     ptq_estimates,
     ptq_numbers,
-    ptq_precisions,
     ptq_summary,
     qat_estimates,
     qat_numbers,
@@ -33,6 +32,7 @@ from rlq.experiments.quarl import (
     speedup,
     task_name,
 )
+from rlq.experiments.quarl.ptq import Quantizer
 from rlq.rl.zoo import zoo_hyperparams
 
 
@@ -85,15 +85,31 @@ def test_solved_thresholds_come_from_gymnasium_or_are_stated():
     )
 
 
-def test_ptq_precisions_put_the_real_kernels_apart_from_the_weights_only_sweep():
-    assert ptq_precisions([16, 8, 4]) == [
-        ("fp32", "float"),
-        ("fp16", "float"),
-        ("int8", "kernel"),
-        ("int16", "weights-only"),
-        ("sim8", "weights-only"),
-        ("int4", "weights-only"),
-    ]
+def test_a_quantizer_names_a_bad_scheme_or_precision_and_quantizes_what_it_says():
+    import torch
+    from stable_baselines3 import PPO
+
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        Quantizer("int4", "weights_only")
+    with pytest.raises(ValueError, match="int99"):
+        Quantizer("int99", "weights-only")
+    assert (Quantizer("sim8", "weights-only").bits, Quantizer("int8", "onnx").backend) == (8, "onnx")
+    model = PPO("MlpPolicy", "CartPole-v1", seed=0, n_steps=64, batch_size=64)
+
+    def weights(policy) -> list[torch.Tensor]:
+        return [m.weight.detach().float() for m in policy.network.modules() if isinstance(m, torch.nn.Linear)]
+
+    fp32 = weights(Quantizer("fp32")(model))
+    int3 = weights(Quantizer("int3", "weights-only")(model))
+    # symmetric 3-bit weights per tensor: the levels -3..3 times max|w| / 3, the nearest one to each weight
+    for w, q in zip(fp32, int3, strict=True):
+        step = w.abs().max() / 3
+        assert len(torch.unique(q)) <= 7
+        assert torch.allclose(q, torch.round(w / step).clamp(-3, 3) * step, atol=1e-6)
+    draws = [weights(Quantizer("int4", "noise", draw=d)(model, seed=0)) for d in (0, 0, 1)]
+    assert all(torch.equal(a, b) for a, b in zip(draws[0], draws[1], strict=True))  # a draw is reproducible
+    assert not all(torch.equal(a, b) for a, b in zip(draws[0], draws[2], strict=True))  # and draws differ
+    assert all(len(torch.unique(w)) > 16 for w in draws[0])  # noise keeps the weights continuous
 
 
 def agent_rows(run="PPO CartPole-v1", seed=0, fp32=500.0, solved=True, int8=490.0, sim8=500.0, int4=300.0):

@@ -127,6 +127,17 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_publish(sub: Any) -> None:
+    p = sub.add_parser("publish", help="copy a finished run's CSVs into data/results/<experiment>/<preset>/")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--overwrite", action="store_true", help="replace results already published there")
+    p.add_argument(
+        "--as", dest="name", default=None,
+        help="publish under data/results/<experiment>/NAME/ (a variant of its preset, such as an ablation, must)",
+    )  # fmt: skip
+    p.set_defaults(func=_cmd_publish)
+
+
 def _cmd_runs(args: argparse.Namespace) -> int:
     from rlq.core.jsonio import read_json
     from rlq.experiments.runs import RESULTS_FILE, list_runs, run_state
@@ -218,14 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_cmd_reproduce)
 
-    p = sub.add_parser("publish", help="copy a finished run's CSVs into data/results/<experiment>/<preset>/")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--overwrite", action="store_true", help="replace results already published there")
-    p.add_argument(
-        "--as", dest="name", default=None,
-        help="publish under data/results/<experiment>/NAME/ (a variant of its preset, such as an ablation, must)",
-    )  # fmt: skip
-    p.set_defaults(func=_cmd_publish)
+    _add_publish(sub)
 
     p = sub.add_parser("report", help="which paper claims hold: runs/report.html and the verdicts as text")
     p.add_argument(

@@ -64,7 +64,6 @@ from rlq.experiments.quarl.ptq import (
     ptq_claim_lines,
     ptq_estimates,
     ptq_numbers,
-    ptq_precisions,
     ptq_summary,
     seed_task_matrix,
 )
@@ -137,7 +136,6 @@ __all__ = [
     "ptq_claim_lines",
     "ptq_estimates",
     "ptq_numbers",
-    "ptq_precisions",
     "ptq_summary",
     "qat_agent",
     "qat_estimates",

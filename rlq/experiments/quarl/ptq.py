@@ -12,6 +12,7 @@ shows a fragile agent, not a bad quantizer.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from rlq.rl.evaluate import EVAL_SEED_OFFSET
 FLOAT, KERNEL, WEIGHTS_ONLY, ONNX, NOISE = "float", "kernel", "weights-only", "onnx", "noise"
 """The ``scheme`` of a row: float casts, torch int8 kernels (weights and activations), simulated weights-only
 integers, ONNX Runtime, and fp32 weights plus matched uniform noise."""
+SCHEMES = (FLOAT, KERNEL, WEIGHTS_ONLY, ONNX, NOISE)
 
 NOISE_SEED_OFFSET = 30_000
 """Noise draw ``d`` at ``bits`` of the agent trained with ``seed`` is seeded
@@ -41,75 +43,97 @@ def weights_only(bits: int) -> str:
     return "sim8" if bits == 8 else f"int{bits}"
 
 
-def ptq_precisions(bit_widths: Sequence[int]) -> list[tuple[str, str]]:
-    """Return the ``(precision, scheme)`` pairs a PTQ sweep evaluates: fp32, fp16, kernel int8, then each weights-only width."""
-    return [
-        ("fp32", FLOAT),
-        ("fp16", FLOAT),
-        ("int8", KERNEL),
-        *[(weights_only(b), WEIGHTS_ONLY) for b in bit_widths],
-    ]
+@dataclass(frozen=True)
+class Quantizer:
+    """One precision a PTQ sweep evaluates every agent at: :func:`rlq.quant.ptq` of its action path.
 
+    Calling it with a trained SB3 model returns the quantized policy that acts (through
+    :func:`rlq.sb3.quantized.quantized_policy`, which applies ``ptq`` to the features extractor, MLP and action
+    head and gives it SB3's ``predict``). ``scheme``: ``"float"`` (fp32, fp16), ``"kernel"`` (int8 with real
+    integer kernels: dynamic for MLP policies, static calibrated for CNNs), ``"weights-only"`` (simulated
+    integer weights; :func:`weights_only` names the width), ``"onnx"`` (ONNX Runtime, fp32 or int8) or
+    ``"noise"``: the fp32 weights plus uniform noise of half a quantization step at the precision's width
+    (:func:`rlq.quant.perturb_weights`), draw ``draw``. ``per_channel_linear``: one scale per output channel
+    in linear layers too (QuaRL used one per tensor).
+    """
 
-def _policy(
-    model: Any, precision: str, scheme: str, calibration: Any, per_channel_linear: bool, noise_seed: int = 0
-):
-    """Return the agent's policy at ``precision`` under ``scheme`` (for ``noise``: the draw seeded ``noise_seed``)."""
-    from rlq.sb3.quantized import quantized_policy
+    precision: str
+    scheme: str = FLOAT
+    per_channel_linear: bool = False
+    draw: int = 0
 
-    if scheme == ONNX:
-        return quantized_policy(model, precision, calibration, "onnx")
-    if scheme != NOISE:
-        return quantized_policy(model, precision, calibration, per_channel_linear=per_channel_linear)
-    from rlq.quant import parse_precision, perturb_weights
+    def __post_init__(self) -> None:
+        from rlq.quant import parse_precision
 
-    policy = quantized_policy(model, "fp32")  # an eval-mode copy of the action path, perturbed below
-    bits = parse_precision(precision).bits
-    policy.network = perturb_weights(
-        policy.network, bits, seed=noise_seed, per_channel_linear=per_channel_linear
-    )
-    policy.precision = precision
-    return policy
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+        parse_precision(self.precision)  # names the precision when it is unknown
+
+    @property
+    def bits(self) -> int:
+        """Return the precision's width in bits."""
+        from rlq.quant import parse_precision
+
+        return parse_precision(self.precision).bits
+
+    @property
+    def backend(self) -> str:
+        """Return where the policy runs: ``"onnx"`` (ONNX Runtime) or ``"torch"``."""
+        return "onnx" if self.scheme == ONNX else "torch"
+
+    def __call__(self, model: Any, calibration: Any = None, seed: int = 0) -> Any:
+        """Return ``model``'s quantized policy (a noise draw is seeded from the agent's ``seed``)."""
+        from rlq.sb3.quantized import quantized_policy
+
+        if self.scheme == ONNX:
+            return quantized_policy(model, self.precision, calibration, "onnx")
+        if self.scheme != NOISE:
+            return quantized_policy(
+                model, self.precision, calibration, per_channel_linear=self.per_channel_linear
+            )
+        from rlq.quant import perturb_weights
+
+        policy = quantized_policy(model, "fp32")  # an eval-mode copy of the action path, perturbed below
+        noise_seed = int(seed + NOISE_SEED_OFFSET + 100 * self.bits + self.draw)
+        policy.network = perturb_weights(
+            policy.network, self.bits, seed=noise_seed, per_channel_linear=self.per_channel_linear
+        )
+        policy.precision = self.precision
+        return policy
 
 
 def evaluate_agent(
     model: Any,
     env_id: str,
+    quantizers: Sequence[Quantizer],
     *,
     seed: int,
-    bit_widths: Sequence[int],
-    noise_bits: Sequence[int],
-    noise_draws: int,
     eval_episodes: int,
     calibration_steps: int,
-    per_channel_linear: bool = False,
-    onnx: bool = True,
 ) -> pd.DataFrame:
-    """Return one agent's return at every precision, scheme and noise draw, on the same episodes, beside a random policy's.
+    """Return one agent's return under every quantizer, on the same episodes, beside a random policy's.
 
     Episodes are seeded ``seed +`` :data:`EVAL_SEED_OFFSET`; static int8 is calibrated on
-    ``calibration_steps`` observations of the fp32 agent's own rollout. Columns: :data:`COLUMNS`,
+    ``calibration_steps`` observations of the fp32 agent's own rollout. ``quantizers`` must hold fp32 under
+    the ``"float"`` scheme, the reference of ``relative_change``. Columns: :data:`COLUMNS`,
     ``relative_change`` (against fp32), ``random_return``.
     """
-    from rlq.quant import parse_precision
     from rlq.rl.evaluate import random_policy
     from rlq.sb3.quantized import collect_observations
 
+    if not any(q.precision == "fp32" and q.scheme == FLOAT for q in quantizers):
+        raise ValueError("quantizers must include Quantizer('fp32'), the reference of every relative change")
     eval_seed = seed + EVAL_SEED_OFFSET
     calibration = collect_observations(
         env_id, calibration_steps, model=model, seed=seed + CALIBRATION_SEED_OFFSET
     )
-    plan = [(p, s, 0) for p, s in ptq_precisions(bit_widths)]
-    plan += [(p, ONNX, 0) for p in ("fp32", "int8")] if onnx else []
-    plan += [(weights_only(b), NOISE, d) for b in noise_bits for d in range(noise_draws)]
     rows = []
-    for precision, scheme, draw in plan:
-        bits = parse_precision(precision).bits
-        noise_seed = int(seed + NOISE_SEED_OFFSET + 100 * bits + draw)
-        policy = _policy(model, precision, scheme, calibration, per_channel_linear, noise_seed)
+    for q in quantizers:
+        policy = q(model, calibration, seed)
         result = evaluate_episodes(policy, env_id, eval_episodes, eval_seed)
-        backend = "onnx" if scheme == ONNX else "torch"
-        rows.append((precision, scheme, bits, backend, draw, result.mean, result.std, policy.size_bytes))
+        rows.append(
+            (q.precision, q.scheme, q.bits, q.backend, q.draw, result.mean, result.std, policy.size_bytes)
+        )
     table = pd.DataFrame(rows, columns=COLUMNS)
     fp32 = table.loc[(table.precision == "fp32") & (table.scheme == FLOAT), "mean_return"].iloc[0]
     table["relative_change"] = (table["mean_return"] - fp32) / abs(fp32) if fp32 != 0 else np.nan
@@ -121,6 +145,7 @@ def evaluate_agent(
 def ptq_agent(
     spec: RunSpec,
     seed: int,
+    quantizers: Sequence[Quantizer],
     *,
     folder: str | Path,
     n_envs_on_policy: int,
@@ -143,7 +168,7 @@ def ptq_agent(
     trained = spec.train(
         folder, seed=seed, n_envs_on_policy=n_envs_on_policy, checkpoint_every=checkpoint_every
     )
-    table = evaluate_agent(trained.model, spec.env_id, seed=seed, **evaluation)
+    table = evaluate_agent(trained.model, spec.env_id, quantizers, seed=seed, **evaluation)
     table.insert(0, "train_wall_s", trained.wall_time_s)
     table.insert(0, "train_steps", trained.model.num_timesteps)
     table.insert(0, "seed", seed)
@@ -156,6 +181,7 @@ def ptq_agent(
 def evaluate_ptq(
     specs: Sequence[RunSpec],
     seeds: Sequence[int],
+    quantizers: Sequence[Quantizer],
     *,
     out: str | Path,
     workers: int = 1,
@@ -164,7 +190,9 @@ def evaluate_ptq(
     progress: Progress = None,
     **job: Any,
 ) -> pd.DataFrame:
-    """Return :func:`ptq_agent`'s tables of every run and seed stacked, with ``run``, ``solved`` and ``normalised_score``.
+    """Return :func:`ptq_agent`'s tables of every run and seed, each agent under every one of ``quantizers``, stacked.
+
+    With ``run``, ``solved`` and ``normalised_score`` columns.
 
     Agents train in ``out/agents/<run>/seed<seed>/``, ``workers`` at a time in processes or Ray tasks
     (``executor``, ``ray_address``: :func:`rlq.rl.parallel.run_jobs`).
@@ -176,7 +204,13 @@ def evaluate_ptq(
 
     pairs = [(spec, seed) for spec in specs for seed in seeds]
     jobs = [
-        dict(spec=spec, seed=seed, folder=Path(out) / "agents" / spec.folder / f"seed{seed}", **job)
+        dict(
+            spec=spec,
+            seed=seed,
+            quantizers=list(quantizers),
+            folder=Path(out) / "agents" / spec.folder / f"seed{seed}",
+            **job,
+        )  # fmt: skip
         for spec, seed in pairs
     ]
 
