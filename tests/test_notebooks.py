@@ -147,7 +147,13 @@ HEADLINE_KEYS: dict[str, list[str]] = {
         "mean_qat_minus_ptq",
         "delay_fraction",
     ],
-    "sparsity_tuner": ["dense_return", "best_compression_within_5pct", "points_explored"],
+    "sparsity_tuner": [
+        "dense_return",
+        "best_compression_within_5pct",
+        "best_bits_per_weight_within_5pct",
+        "return_spread",
+        "points_explored",
+    ],
 }
 
 
