@@ -8,20 +8,20 @@ interleaved in ``--rounds`` short rounds (the order rotating) so that load from 
 method alike. Methods:
 
 - ``plain``: TD3, no callback.
-- ``gst``: :class:`rlq.sb3.gst.GSTCallback` held in its block-circulant phase (B=4 on the 400x300 layers
+- ``gst``: :class:`rlq.sb3.gst_callback.GSTCallback` held in its block-circulant phase (B=4 on the 400x300 layers
   of actor, critics and targets): forwards use the dense expansion of the B-vectors, recomputed whenever
   they changed (:class:`rlq.compress.expansion_cache.ExpansionCache`). GST's most expensive phase.
 - ``gst_torch``: ``gst`` with rlq's compiled kernels switched off (:func:`use_kernels`): expansion and
   gradient sums by PyTorch ops, as when rlq is installed without a C compiler.
 - ``gst_pruned``: GST after its hand-over (dense weights, 75% masked), the phase GST ends in.
-- ``gst_qat``: ``gst`` plus :class:`rlq.sb3.qat.QATCallback` (4 bits, ``delay_steps=0``) in the same
+- ``gst_qat``: ``gst`` plus :class:`rlq.sb3.qat_callback.QATCallback` (4 bits, ``delay_steps=0``) in the same
   ``learn``: every weight of every network fake-quantized on top of the compression, once per value it
-  takes (:class:`rlq.sb3.qat.MemoizedWeightFakeQuant`; no conversion between rounds, which are one
+  takes (:class:`rlq.sb3.qat_callback.MemoizedWeightFakeQuant`; no conversion between rounds, which are one
   training run cut into pieces).
 - ``gst_qat_torch``: ``gst_qat`` with the compiled kernels switched off (fake quantization by PyTorch ops too).
 - ``gst_qat_actor``: as ``gst_qat`` with ``QATCallback(networks="action_path")``: only the actor and its
   target (what is deployed) are fake-quantized; the twin critics and their targets train in float.
-- ``pruning``: :class:`rlq.sb3.pruning.GradualPruningCallback` with its final 90% masks applied from the
+- ``pruning``: :class:`rlq.sb3.pruning_callback.GradualPruningCallback` with its final 90% masks applied from the
   start (a masked weight is recomputed as ``weight_orig * weight_mask`` at every forward); no target, the
   baseline GST is compared with.
 
@@ -48,9 +48,9 @@ from rlq.compress import circulant
 from rlq.quant import tensor as quant_tensor
 from rlq.rl.agents import make_model
 from rlq.sb3.compression import CompressionCallback
-from rlq.sb3.gst import GSTCallback
-from rlq.sb3.pruning import GradualPruningCallback
-from rlq.sb3.qat import QATCallback
+from rlq.sb3.gst_callback import GSTCallback
+from rlq.sb3.pruning_callback import GradualPruningCallback
+from rlq.sb3.qat_callback import QATCallback
 
 ENV_ID = "HalfCheetah-v5"
 HUGE = 10**9  # a schedule this long never leaves its first phase during the benchmark

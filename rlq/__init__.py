@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
 
 
 def record(**numbers: Any) -> dict[str, Any]:
-    """Return the numbers recorded into this run folder's ``results.json`` (see :func:`rlq.experiments.runs.record`)."""
-    from rlq.experiments.runs import record as record_in_run_folder
+    """Return the numbers recorded into this run folder's ``results.json`` (see :func:`rlq.experiments.run_folders.record`)."""
+    from rlq.experiments.run_folders import record as record_in_run_folder
 
     return record_in_run_folder(**numbers)

@@ -31,9 +31,9 @@ from rlq.experiments.combo import (
 )
 from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network
-from rlq.sb3.gst import GSTCallback
-from rlq.sb3.pruning import GradualPruningCallback
-from rlq.sb3.qat import QATCallback
+from rlq.sb3.gst_callback import GSTCallback
+from rlq.sb3.pruning_callback import GradualPruningCallback
+from rlq.sb3.qat_callback import QATCallback
 
 HYPER = {
     "policy_kwargs": {"net_arch": [16, 16]},

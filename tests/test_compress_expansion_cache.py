@@ -181,8 +181,8 @@ def test_inference_mode_and_dtype_changes_bypass_or_miss(net):
 
 def train_td3(with_qat: bool) -> list[torch.Tensor]:
     """Return every parameter of a tiny TD3 trained with GST (B=4, a transition to B=2), and QAT if asked."""
-    from rlq.sb3.gst import GSTCallback
-    from rlq.sb3.qat import QATCallback
+    from rlq.sb3.gst_callback import GSTCallback
+    from rlq.sb3.qat_callback import QATCallback
 
     gst = GSTCallback(total_steps=160, block_schedule=((0.0, 4), (0.5, 2)), bc_end=1.0, s_shift=1.0)
     return trained_td3_parameters(

@@ -32,7 +32,7 @@ from rlq.experiments.quarl import (
     speedup,
     task_name,
 )
-from rlq.experiments.quarl.ptq import Quantizer
+from rlq.experiments.quarl.ptq_sweep import Quantizer
 from rlq.rl.zoo import zoo_hyperparams
 
 

@@ -9,8 +9,8 @@ from rlq.compress import circulant
 from rlq.quant import tensor as quant_tensor
 from rlq.quant.latency import torch_threads
 from rlq.rl.agents import make_model
-from rlq.sb3.gst import GSTCallback
-from rlq.sb3.qat import QATCallback
+from rlq.sb3.gst_callback import GSTCallback
+from rlq.sb3.qat_callback import QATCallback
 
 
 def train(monkeypatch, use_kernels: bool, with_qat: bool) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ The layers (docs: STYLE.md, "Layers"), bottom to top:
 Every import counts, wherever it is (module level, inside a function, under ``TYPE_CHECKING``), and
 relative imports are resolved against the importing module's package. ``rlq/__init__.py`` is only the
 package root and is exempt; importing the root itself (``import rlq``, ``from rlq import record``) counts as
-importing ``rlq.experiments``, since the root's ``record`` is ``rlq.experiments.runs.record``.
+importing ``rlq.experiments``, since the root's ``record`` is ``rlq.experiments.run_folders.record``.
 
 A new module must be placed: a file under ``rlq/`` outside every package of ``MAY_IMPORT`` fails.
 """
@@ -49,7 +49,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 #: modules exempt from the rules: the package root and its public aliases of rlq.experiments modules
 #: (``rlq.stats``, ``rlq.claims``) only re-export
 EXEMPT = {"rlq", "rlq.stats", "rlq.claims"}
-#: what importing the root ``rlq`` itself counts as (its ``record`` is rlq.experiments.runs.record)
+#: what importing the root ``rlq`` itself counts as (its ``record`` is rlq.experiments.run_folders.record)
 ROOT_COUNTS_AS = "rlq.experiments"
 
 STANDARD_LIBRARY = set(sys.stdlib_module_names)
@@ -222,11 +222,11 @@ def fake_rlq(tmp_path) -> Path:
     """Return a fake ``rlq`` folder with one clean module per package of the table."""
     rlq_root = tmp_path / "rlq"
     rlq_root.mkdir()
-    (rlq_root / "__init__.py").write_text("from rlq.experiments.runs import record\n")
+    (rlq_root / "__init__.py").write_text("from rlq.experiments.run_folders import record\n")
     for package, allowed in MAY_IMPORT.items():
         lines = [f"import {p}.x" for p in sorted(allowed)]
         write(tmp_path, package.replace(".", "/") + "/x.py", "\n".join(lines) + "\n")
-    write(tmp_path, "rlq/experiments/runs.py", "def record(**numbers):\n    pass\n")
+    write(tmp_path, "rlq/experiments/run_folders.py", "def record(**numbers):\n    pass\n")
     write(tmp_path, "rlq/faces/cli.py", "import rlq\n")
     return rlq_root
 
@@ -236,10 +236,14 @@ def test_checker_accepts_a_clean_tree(fake_rlq):
 
 
 def test_checker_reports_an_upward_import_from_compress(fake_rlq):
-    write(fake_rlq.parent, "rlq/compress/bad.py", "import torch\n\nfrom rlq.experiments.runs import record\n")
+    write(
+        fake_rlq.parent,
+        "rlq/compress/bad.py",
+        "import torch\n\nfrom rlq.experiments.run_folders import record\n",
+    )
     found = violations(fake_rlq)
     assert len(found) == 1, found
-    assert "rlq/compress/bad.py:3" in found[0] and "rlq.experiments.runs" in found[0]
+    assert "rlq/compress/bad.py:3" in found[0] and "rlq.experiments.run_folders" in found[0]
     assert "rlq.compress may import only rlq.compress, rlq.core" in found[0]
 
 

@@ -267,7 +267,7 @@ def test_rlq_run_resume_runs_only_the_jobs_without_a_saved_result(tmp_path):
         nbformat.v4.new_code_cell("n = 3  # jobs [min: 1]", metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(
             "import rlq\n"
-            "from rlq.experiments.runs import run_dir\n"
+            "from rlq.experiments.run_folders import run_dir\n"
             "from rlq.rl.parallel import run_jobs\n"
             "from test_parallel import fails_without_file\n"
             "out = run_dir()\n"

@@ -19,7 +19,7 @@ from rlq.core.jsonio import read_json
 from rlq.experiments import runner
 from rlq.experiments.constraints import Constraint, ConstraintError, check_value, parse_constraint
 from rlq.experiments.registry import list_experiments
-from rlq.experiments.runs import RESULTS_FILE, RUNNER_FILE, run_state
+from rlq.experiments.run_folders import RESULTS_FILE, RUNNER_FILE, run_state
 from rlq.faces.cli import main
 
 EXPERIMENTS = list_experiments(REPO / "notebooks")

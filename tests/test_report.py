@@ -12,7 +12,7 @@ import pytest
 from rlq.core.jsonio import read_json
 from rlq.experiments.claims import CLAIMS
 from rlq.experiments.paths import repo_root
-from rlq.experiments.runs import new_run_dir
+from rlq.experiments.run_folders import new_run_dir
 from rlq.faces.cli import main
 from rlq.faces.report import build_report, claims_table, collect_runs, counts, paper_sections, runs_table
 from rlq.faces.report_text import Paths, duration, interval, sig

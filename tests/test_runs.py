@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from rlq.experiments.runs import RUN_DIR_ENV, list_runs, load_run, new_run_dir, record, run_dir
+from rlq.experiments.run_folders import RUN_DIR_ENV, list_runs, load_run, new_run_dir, record, run_dir
 
 
 def test_new_run_dir_never_reuses_an_existing_folder(tmp_path):

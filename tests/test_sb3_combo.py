@@ -15,10 +15,10 @@ from rlq.compress.measures import layer_kind
 from rlq.quant import WeightFakeQuant, convert_qat_, is_qat
 from rlq.rl.agents import make_model
 from rlq.rl.evaluate import evaluate
-from rlq.sb3.gst import GSTCallback
+from rlq.sb3.gst_callback import GSTCallback
 from rlq.sb3.networks import optimizers
-from rlq.sb3.pruning import GradualPruningCallback
-from rlq.sb3.qat import QATCallback, convert_policy_qat_
+from rlq.sb3.pruning_callback import GradualPruningCallback
+from rlq.sb3.qat_callback import QATCallback, convert_policy_qat_
 
 #: rewards never count as a drop: the reward-aware target rises at every update (deterministic tests)
 ALWAYS_HOLDS = {"window": 1, "step_size": 0.1, "max_sparsity": 0.9, "abs_tolerance": 1e9}

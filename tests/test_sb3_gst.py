@@ -26,9 +26,9 @@ from rlq.experiments.gst import train_and_evaluate_all, train_compressed
 from rlq.rl.agents import make_model
 from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
 from rlq.sb3.compression import HISTORY_COLUMNS, CompressionCallback
-from rlq.sb3.gst import GSTCallback
+from rlq.sb3.gst_callback import GSTCallback
 from rlq.sb3.networks import optimizers, policy_layers
-from rlq.sb3.pruning import GradualPruningCallback
+from rlq.sb3.pruning_callback import GradualPruningCallback
 
 ALGORITHMS = ("TD3", "SAC", "DDPG", "A2C", "PPO", "DQN")
 #: rewards never count as a drop: the reward-aware target rises at every update (deterministic tests)

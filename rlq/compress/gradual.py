@@ -3,7 +3,7 @@
 Paper: Zhu & Gupta, "To prune, or not to prune", arXiv 1710.01878 (https://arxiv.org/abs/1710.01878), eq. 1:
 ``s_t = s_f + (s_i - s_f)(1 - (t - t0)/(t1 - t0))^3`` between ``t0`` and ``t1``, updated every Δt steps.
 :class:`GradualPruning` has :class:`rlq.compress.GSTSchedule`'s interface (``apply_``, ``state_dict``), so a
-training loop runs either; :class:`rlq.sb3.pruning.GradualPruningCallback` uses its timeline inside SB3.
+training loop runs either; :class:`rlq.sb3.pruning_callback.GradualPruningCallback` uses its timeline inside SB3.
 """
 
 from __future__ import annotations

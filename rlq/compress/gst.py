@@ -55,7 +55,7 @@ state, logging). Neither knows about any RL library:
 - a plain training loop (:func:`rlq.vision.training.train_classifier`) calls
   ``apply_(model, step, scores, optimizers)``: ``step`` then ``execute_`` with default hooks, which reset
   the state ``optimizers`` hold for the module after every structural change;
-- :class:`rlq.sb3.gst.GSTCallback` calls ``step``, then ``execute_`` with the SB3 policy's eligible layers
+- :class:`rlq.sb3.gst_callback.GSTCallback` calls ``step``, then ``execute_`` with the SB3 policy's eligible layers
   and chains (:func:`rlq.sb3.networks.policy_layers`) and hooks that mirror the target networks, reset and
   park the optimizers' state and record its events.
 """
@@ -456,7 +456,7 @@ def replay_decisions(
 
     ``episodes`` are ``(end_step, return, length)`` in the order they finished (a run's ``curve.csv``);
     each reaches the schedule at its end step, filtered by :meth:`GSTSchedule.counts_episode`, as
-    :class:`rlq.sb3.gst.GSTCallback` feeds them. Nothing is trained, so the rows say what the schedule
+    :class:`rlq.sb3.gst_callback.GSTCallback` feeds them. Nothing is trained, so the rows say what the schedule
     would have decided on those returns: ``step``, ``decision``, ``target``, ``applied`` and the ``actions``
     due (kinds joined by ``+``), up to ``end_step`` (default ``config.total_steps``).
     """

@@ -17,7 +17,7 @@ import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.paths import data_dir
-from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE, run_state
+from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE, run_state
 
 LEGACY_METHOD_NAMES = {"gradual": "pruning", "magnitude_pruning": "pruning"}
 """Earlier names of a compression method -> its name today: Zhu & Gupta's iterative-pruning baseline is ``pruning``."""

@@ -17,8 +17,7 @@ from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV
 from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
-from rlq.experiments.run_lock import run_folder_lock
-from rlq.experiments.runs import (
+from rlq.experiments.run_folders import (
     NOTEBOOK_FILE,
     PARAMS_FILE,
     RESULTS_FILE,
@@ -29,6 +28,7 @@ from rlq.experiments.runs import (
     run_state,
     utc_stamp,
 )
+from rlq.experiments.run_lock import run_folder_lock
 
 log = logging.getLogger(__name__)
 

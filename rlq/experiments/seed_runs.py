@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from rlq.experiments.gst.runs import train_and_evaluate_all
+from rlq.experiments.gst.training_runs import train_and_evaluate_all
 from rlq.sb3.compression import CompressionCallback
 
 

@@ -25,8 +25,8 @@ import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment, parse_value
+from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE, new_run_dir, run_state, utc_stamp
 from rlq.experiments.runner import check_out_dir, execute, resume_run
-from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE, new_run_dir, run_state, utc_stamp
 
 log = logging.getLogger(__name__)
 

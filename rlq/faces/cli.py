@@ -140,7 +140,7 @@ def _add_publish(sub: Any) -> None:
 
 def _cmd_runs(args: argparse.Namespace) -> int:
     from rlq.core.jsonio import read_json
-    from rlq.experiments.runs import RESULTS_FILE, list_runs, run_state
+    from rlq.experiments.run_folders import RESULTS_FILE, list_runs, run_state
 
     for path in list_runs(args.runs, args.name):
         try:

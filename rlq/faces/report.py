@@ -22,7 +22,7 @@ from rlq.experiments.claims import CLAIMS, FAMILIES, VERDICTS, Claim, judge, our
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir, repo_root
 from rlq.experiments.results import variant_params
-from rlq.experiments.runs import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
+from rlq.experiments.run_folders import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
 from rlq.experiments.sweeps import sweep_points
 from rlq.faces.report_text import Paths, interval, paper_text
 

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlq.experiments.figures import TEMPLATE
+from rlq.experiments.shared_figures import TEMPLATE
 from rlq.faces.report_text import interval, paper_text, sig
 
 COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "inconclusive": "#9a6700"}

@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 from rlq.core.jsonio import read_json
 from rlq.experiments.paths import data_dir
 from rlq.experiments.results import normalize_method_names
-from rlq.experiments.runs import PARAMS_FILE, RESULTS_FILE
+from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE
 
 WIDTH, HEIGHT, SCALE = 900, 450, 1
 """Every committed run's PNG: 900x450 pixels at scale 1 (10-50 KB each with a palette)."""
@@ -112,7 +112,7 @@ def _gst_run(run: Committed) -> Figures:
 
 def _baseline(run: Committed) -> Figures:
     """The dense fp32 reference: its learning curve beside a random policy's return."""
-    from rlq.experiments.figures import learning_curve_figure
+    from rlq.experiments.shared_figures import learning_curve_figure
 
     r = run.results
     title = (

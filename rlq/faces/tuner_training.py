@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlq.experiments.runs import new_run_dir, utc_stamp, write_json
+from rlq.experiments.run_folders import new_run_dir, utc_stamp, write_json
 from rlq.experiments.tuner_space import TunerSettings
 from rlq.rl.episodes import finished_episodes
 

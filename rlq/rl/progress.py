@@ -19,7 +19,7 @@ from rlq.rl.episodes import finished_episodes
 RETURN_WINDOW = 10
 """The reported return is the mean of this many last finished episodes."""
 
-_RUN_FOLDER = re.compile(r"\d{8}T\d{6}Z-")  # a run folder's name (rlq.experiments.runs.new_run_dir)
+_RUN_FOLDER = re.compile(r"\d{8}T\d{6}Z-")  # a run folder's name (rlq.experiments.run_folders.new_run_dir)
 
 
 class TrainingProgress(BaseCallback):

@@ -8,9 +8,9 @@ Submodules are imported on demand:
   their target twins, and the optimizers training them.
 - ``rlq.sb3.compression``: ``CompressionCallback``, what every compression callback shares (and the dense
   baseline's recorder).
-- ``rlq.sb3.gst``: ``GSTCallback``; ``rlq.sb3.pruning``: ``GradualPruningCallback`` (the iterative-pruning baseline).
+- ``rlq.sb3.gst_callback``: ``GSTCallback``; ``rlq.sb3.pruning_callback``: ``GradualPruningCallback`` (the iterative-pruning baseline).
 - ``rlq.sb3.checkpoint``: saving and loading compressed models, schedule state included.
-- ``rlq.sb3.qat``: ``QATCallback``, quantization-aware training that provably quantizes.
+- ``rlq.sb3.qat_callback``: ``QATCallback``, quantization-aware training that provably quantizes.
 - ``rlq.sb3.quantized``: any SB3 model evaluated at any precision (fp16, int8, simulated int2..int16).
 - ``rlq.sb3.action_path``: the network from observation to action of any SB3 policy, and its observation
   preprocessing (what ``quantized`` quantizes and exports).
@@ -20,9 +20,9 @@ from typing import Any
 
 _EXPORTS = {
     "CompressionCallback": "rlq.sb3.compression",
-    "GSTCallback": "rlq.sb3.gst",
-    "GradualPruningCallback": "rlq.sb3.pruning",
-    "QATCallback": "rlq.sb3.qat",
+    "GSTCallback": "rlq.sb3.gst_callback",
+    "GradualPruningCallback": "rlq.sb3.pruning_callback",
+    "QATCallback": "rlq.sb3.qat_callback",
     "load_compressed": "rlq.sb3.checkpoint",
     "save_compressed": "rlq.sb3.checkpoint",
 }

@@ -149,7 +149,7 @@ def save_compressed(model: Any, path: str | Path, callbacks: Sequence[Any] = ())
 
     The file is SB3's own format (``path`` gets a ``.zip`` suffix when it has none, as with
     ``model.save``); see the module docstring for what it holds. ``callbacks`` are objects with a
-    ``checkpoint_key`` and ``state_dict()`` (e.g. :class:`rlq.sb3.gst.GSTCallback`).
+    ``checkpoint_key`` and ``state_dict()`` (e.g. :class:`rlq.sb3.gst_callback.GSTCallback`).
     """
     path = zip_path(path, must_exist=False)
     states = _state_of(callbacks)

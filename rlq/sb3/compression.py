@@ -1,15 +1,15 @@
 """What every compression callback shares in Stable-Baselines3 training (TD3, SAC, DDPG, A2C, PPO, DQN).
 
 :class:`CompressionCallback` records the compression ratio and training reward (the dense baseline's
-recorder); :class:`rlq.sb3.gst.GSTCallback` and :class:`rlq.sb3.pruning.GradualPruningCallback` add GST
+recorder); :class:`rlq.sb3.gst_callback.GSTCallback` and :class:`rlq.sb3.pruning_callback.GradualPruningCallback` add GST
 and its iterative-pruning baseline.
 
 Paper: Lee et al., "GST: Group-Sparse Training for Accelerating Deep Reinforcement Learning",
 arXiv 2101.09650 (https://arxiv.org/abs/2101.09650). Baseline: Zhu & Gupta, "To prune, or not to prune",
 arXiv 1710.01878 (gradual magnitude pruning, eq. 1).
 
-    from rlq.sb3.gst import GSTCallback
-    from rlq.sb3.pruning import GradualPruningCallback
+    from rlq.sb3.gst_callback import GSTCallback
+    from rlq.sb3.pruning_callback import GradualPruningCallback
     gst = GSTCallback(block_schedule=((0.0, 4), (0.25, 2)), s_shift=0.25, bc_end=0.5, prune_every=1000)
     model.learn(100_000, callback=gst)
     gst.history                      # one row per action and every ``log_every`` steps
@@ -88,7 +88,7 @@ from rlq.sb3.networks import (
     policy_layers,
     refresh_optimizers,
 )
-from rlq.sb3.qat import fake_quant_lifted
+from rlq.sb3.qat_callback import fake_quant_lifted
 
 HISTORY_COLUMNS = ["step", "event", "phase", "block_size", "target_sparsity", "sparsity", "compression_ratio"]
 HISTORY_COLUMNS += ["mean_reward", "episodes", "decision"]
@@ -219,8 +219,8 @@ class CompressionCallback(BaseCallback):
     def _changing_structure(self) -> Iterator[None]:
         """Change the compression inside: a rollout's parametrization cache is dropped, then reopened.
 
-        QAT's weight quantizers, if a :class:`rlq.sb3.qat.QATCallback` trains alongside, are lifted off
-        during the change and stacked back on top of the new structure (:func:`rlq.sb3.qat.fake_quant_lifted`).
+        QAT's weight quantizers, if a :class:`rlq.sb3.qat_callback.QATCallback` trains alongside, are lifted off
+        during the change and stacked back on top of the new structure (:func:`rlq.sb3.qat_callback.fake_quant_lifted`).
         """
         was_open = self._rollout_cache is not None
         self.close_rollout_cache()

@@ -6,7 +6,7 @@
 - A policy *being* trained with QAT (parametrized weights) also saves with ``model.save``: rlq installs
   state-dict hooks on the quantized layers so the file holds the latent float weights under their plain
   names (``...weight``), which SB3's ``load`` accepts. Loading such a file gives the float model without
-  its quantizers; training it again with the same :class:`rlq.sb3.qat.QATCallback` prepares it again at the
+  its quantizers; training it again with the same :class:`rlq.sb3.qat_callback.QATCallback` prepares it again at the
   start of ``learn`` and re-enables quantization if the delay has passed. That is what happens when a run of
   :func:`rlq.rl.agents.train_agent` with checkpoints is interrupted and resumed: nothing is lost but the
   observed activation ranges (``activations=True``), which are re-observed from the next batches.
@@ -33,7 +33,7 @@ from rlq.quant.activations import attach_input_quantizers
 from rlq.quant.layers import output_channel_axis
 from rlq.sb3.checkpoint import zip_path
 from rlq.sb3.networks import refresh_optimizers
-from rlq.sb3.qat import (
+from rlq.sb3.qat_callback import (
     QAT_FILE,
     _input_quantizer,
     _install_state_dict_hooks,

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from rlq.experiments.combo.tables import pareto_front
-from rlq.experiments.figures import TEMPLATE
+from rlq.experiments.shared_figures import TEMPLATE
 
 AXES = {
     "bits_per_weight": ("bits per weight of the deployed actor (log; dense fp32 = 32)", "log"),

@@ -1,7 +1,7 @@
 """``combo_sparse_quant`` runs: one TD3 training per task, training kind and seed, then its methods deployed.
 
 Each job trains (or resumes) one agent in its own folder ``out/runs/<env id>__<training>__<seed>`` with
-checkpoints (:func:`rlq.experiments.gst.train_compressed`; with QAT, :class:`rlq.sb3.qat.QATCallback` in
+checkpoints (:func:`rlq.experiments.gst.train_compressed`; with QAT, :class:`rlq.sb3.qat_callback.QATCallback` in
 the same ``learn``), then deploys and measures the methods derived from it
 (:func:`rlq.experiments.combo.methods.deploy_and_measure`). :func:`train_all` runs the jobs through
 :func:`rlq.rl.parallel.run_jobs` with a result store in ``out/jobs/``: a resumed notebook loads finished
@@ -72,12 +72,12 @@ def train_and_deploy(
     """Return one job's result: ``rows`` (one per derived method, :func:`deploy_and_measure`'s columns plus keys) and ``training``.
 
     ``training`` is a key of :data:`TRAININGS`; only the ``methods`` it derives (:data:`DERIVED`) are deployed.
-    ``qat_networks`` is :class:`rlq.sb3.qat.QATCallback`'s ``networks`` (every network, or the action path
+    ``qat_networks`` is :class:`rlq.sb3.qat_callback.QATCallback`'s ``networks`` (every network, or the action path
     only). ``callbacks`` run after the compression and QAT callbacks (tests interrupt training with one). Picklable,
     for worker processes; ``torch_threads`` sets this process's thread count.
     """
     from rlq.experiments.gst import train_compressed
-    from rlq.sb3.qat import QATCallback
+    from rlq.sb3.qat_callback import QATCallback
 
     if training not in TRAININGS:
         raise ValueError(f"unknown training {training!r}; choose from {', '.join(TRAININGS)}")
@@ -242,7 +242,7 @@ def train_all(
     ``out`` each finished job is saved into ``out/jobs/`` (a resumed run loads it) and both tables are written
     as ``out/methods.csv`` and ``out/trainings.csv``. ``progress`` (``print``) gets a line per finished job.
     """
-    from rlq.experiments.gst.runs import keys_label
+    from rlq.experiments.gst.training_runs import keys_label
     from rlq.rl.parallel import JOBS_FOLDER, run_jobs
 
     def finished(index: int, result: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ In the order the notebooks call it:
   callback settings from a notebook's parameters, by one rule for every notebook; :func:`td3_hyperparams`
   makes TD3's arguments; :func:`method_jobs` (one run per task, seed and method) and :func:`sweep_jobs`
   (GST's knobs swept) list the runs.
-- :mod:`~rlq.experiments.gst.runs`: :func:`train_and_evaluate_all` trains them (through
+- :mod:`~rlq.experiments.gst.training_runs`: :func:`train_and_evaluate_all` trains them (through
   :func:`train_and_evaluate` and :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
 - :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
   :func:`gst_start_compression`, :func:`layers_of`, :func:`sweep_table` and :func:`sweep_numbers` turn the
@@ -41,16 +41,6 @@ from rlq.experiments.gst.jobs import (
     sweep_label,
     td3_hyperparams,
 )
-from rlq.experiments.gst.runs import (
-    METHODS,
-    RUN_TABLES,
-    CompressedRun,
-    make_callback,
-    run_line,
-    train_and_evaluate,
-    train_and_evaluate_all,
-    train_compressed,
-)
 from rlq.experiments.gst.tables import (
     SUMMARY_MEANS,
     compare_methods,
@@ -64,6 +54,16 @@ from rlq.experiments.gst.tables import (
     sweep_numbers,
     sweep_table,
     transition_shifts,
+)
+from rlq.experiments.gst.training_runs import (
+    METHODS,
+    RUN_TABLES,
+    CompressedRun,
+    make_callback,
+    run_line,
+    train_and_evaluate,
+    train_and_evaluate_all,
+    train_compressed,
 )
 
 __all__ = [

@@ -82,7 +82,7 @@ def train_classifiers(
     check_positive_int("workers", workers)
     run = dict(epochs=epochs, batch_size=batch_size, width=width, out=out, schedule=schedule, train=train)
     if workers > 1:
-        from rlq.experiments.gst.runs import keys_label
+        from rlq.experiments.gst.training_runs import keys_label
         from rlq.rl.parallel import run_jobs
 
         pairs = [(seed, method) for seed in seeds for method in methods]

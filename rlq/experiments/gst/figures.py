@@ -10,7 +10,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlq.experiments.figures import TEMPLATE
+from rlq.experiments.shared_figures import TEMPLATE
 
 METHOD_COLORS = {"dense": "#636efa", "pruning": "#ef553b", "gst": "#00cc96"}
 """One color per compression method, in every GST figure."""

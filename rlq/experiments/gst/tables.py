@@ -10,7 +10,7 @@ import pandas as pd
 
 from rlq.experiments import stats
 from rlq.experiments.gst.jobs import sweep_label
-from rlq.experiments.gst.runs import METHODS
+from rlq.experiments.gst.training_runs import METHODS
 
 SUMMARY_MEANS = (
     "avg_compression_ratio",

@@ -1,14 +1,14 @@
 """QuaRL experiments (QuaRL / ActorQ): what the QuaRL notebooks call, re-exported from the modules that hold it.
 
-- :mod:`~rlq.experiments.quarl.runs`: :class:`RunSpec` reads a notebook's ``runs`` entries (algorithm,
+- :mod:`~rlq.experiments.quarl.run_specs`: :class:`RunSpec` reads a notebook's ``runs`` entries (algorithm,
   environment, steps or ``"zoo"``, hyperparameters; rl-zoo3's settings through :mod:`rlq.rl.zoo`).
 - :mod:`~rlq.experiments.quarl.evaluation`: :func:`evaluate_episodes` (many seeded episodes side by side),
   :func:`solved_threshold` (when an fp32 agent has solved its task).
-- :mod:`~rlq.experiments.quarl.ptq` (``quarl_ptq``): :func:`evaluate_ptq` (every run and seed trained in
+- :mod:`~rlq.experiments.quarl.ptq_sweep` (``quarl_ptq``): :func:`evaluate_ptq` (every run and seed trained in
   parallel and evaluated at every precision, kernel int8 apart from the weights-only sweep, beside the matched
   noise control; cached in each agent's folder so a resumed run does not evaluate again), :func:`ptq_summary`,
   :func:`noise_control_table`, :func:`ptq_estimates`, :func:`precision_intervals`, :func:`ptq_numbers`.
-- :mod:`~rlq.experiments.quarl.qat` (``quarl_qat``): :func:`ptq_after_training` (the fp32 agent and its PTQ
+- :mod:`~rlq.experiments.quarl.qat_vs_ptq` (``quarl_qat``): :func:`ptq_after_training` (the fp32 agent and its PTQ
   evaluation), :func:`qat_agent` (one QAT agent), :func:`qat_seed` (both for one run and seed),
   :func:`qat_vs_ptq` (every run and seed, in parallel), :func:`qat_summary`, :func:`qat_vs_ptq_table`,
   :func:`qat_estimates`, :func:`qat_numbers`.
@@ -52,7 +52,7 @@ from rlq.experiments.quarl.latency import (
     size_table,
     stored_sizes,
 )
-from rlq.experiments.quarl.ptq import (
+from rlq.experiments.quarl.ptq_sweep import (
     PTQ_CACHE,
     evaluate_agent,
     evaluate_ptq,
@@ -67,7 +67,7 @@ from rlq.experiments.quarl.ptq import (
     ptq_summary,
     seed_task_matrix,
 )
-from rlq.experiments.quarl.qat import (
+from rlq.experiments.quarl.qat_vs_ptq import (
     ptq_after_training,
     qat_agent,
     qat_estimates,
@@ -86,7 +86,7 @@ from rlq.experiments.quarl.regimes import (
     regime_runs,
     train_regimes,
 )
-from rlq.experiments.quarl.runs import (
+from rlq.experiments.quarl.run_specs import (
     CALIBRATION_SEED_OFFSET,
     ON_POLICY,
     ZOO,

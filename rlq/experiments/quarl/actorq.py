@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rlq.experiments.quarl.runs import Progress
+from rlq.experiments.quarl.run_specs import Progress
 
 if TYPE_CHECKING:
     from rlq.actorq import ActorQResult

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlq.experiments.figures import TEMPLATE
+from rlq.experiments.shared_figures import TEMPLATE
 
 PRECISION_COLORS = {"fp32": "#636efa", "fp16": "#00cc96", "int8": "#ef553b"}
 """One color per actor precision, in every ActorQ figure."""
@@ -47,7 +47,7 @@ def bit_sweep_figure(ptq: pd.DataFrame, tolerance: float) -> go.Figure:
     quantize activations too, drawn beside the weights-only 8-bit point, not on its line. Unsolved agents
     are dashed. The band is the tolerance around fp32.
     """
-    from rlq.experiments.quarl.ptq import KERNEL, NOISE, WEIGHTS_ONLY
+    from rlq.experiments.quarl.ptq_sweep import KERNEL, NOISE, WEIGHTS_ONLY
 
     torch_rows = ptq[ptq.backend == "torch"]
     runs = list(torch_rows["run"].unique())

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlq.experiments.quarl.runs import Progress
+from rlq.experiments.quarl.run_specs import Progress
 
 
 def network_spaces(algorithm: str, obs_shape: Sequence[int], n_actions: int) -> tuple[Any, Any, str]:

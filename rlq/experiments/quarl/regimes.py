@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from rlq.experiments.quarl.runs import Progress
+from rlq.experiments.quarl.run_specs import Progress
 
 if TYPE_CHECKING:
     from rlq.actorq import ActorQResult

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from rlq.experiments.quarl.evaluation import evaluate_episodes, solved_threshold
-from rlq.experiments.quarl.runs import CALIBRATION_SEED_OFFSET, Progress, RunSpec
+from rlq.experiments.quarl.run_specs import CALIBRATION_SEED_OFFSET, Progress, RunSpec
 from rlq.rl.evaluate import EVAL_SEED_OFFSET
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def ptq_after_training(
     PTQ is the weights-only simulated rule at every width, 8 bits included (``sim8``): the rule QAT trains
     with, so that QAT and PTQ are compared like with like (``int8``'s kernels would requantize on another grid).
     """
-    from rlq.experiments.quarl.ptq import weights_only
+    from rlq.experiments.quarl.ptq_sweep import weights_only
     from rlq.sb3.quantized import collect_observations, quantized_policy
 
     fp32 = spec.train(
@@ -76,14 +76,14 @@ def qat_agent(
 ) -> tuple[TrainedAgent, EvalResult, int | None]:
     """Return the agent trained with QAT at ``bits``, its return as deployed, and the step its quantization switched on.
 
-    Fake quantization starts after ``delay_fraction`` of training (:class:`rlq.sb3.qat.QATCallback`); the agent
+    Fake quantization starts after ``delay_fraction`` of training (:class:`rlq.sb3.qat_callback.QATCallback`); the agent
     trains (or resumes) in ``folder/qat<bits>`` with the fp32 agent's seed, and plays the fp32 agent's episodes.
     It is evaluated with its weights at ``bits`` and the activation quantizers it trained; one loaded from a
     checkpoint has none and gets ones calibrated on ``calibration``, like PTQ.
     """
-    from rlq.experiments.quarl.ptq import weights_only
+    from rlq.experiments.quarl.ptq_sweep import weights_only
     from rlq.quant.activations import input_quantizers
-    from rlq.sb3.qat import QATCallback
+    from rlq.sb3.qat_callback import QATCallback
     from rlq.sb3.quantized import quantized_policy
 
     callback = QATCallback(
@@ -284,7 +284,7 @@ def qat_estimates(qat_table: pd.DataFrame, reps: int = 2000) -> dict[str, dict[s
     Named ``qat_minus_ptq_reward_pct_<bits>bits`` (unit: % of the fp32 return; positive: QAT keeps more):
     every agent, solved in fp32 or not, since QAT and PTQ start from the same seed either way.
     """
-    from rlq.experiments.quarl.ptq import seed_task_matrix
+    from rlq.experiments.quarl.ptq_sweep import seed_task_matrix
     from rlq.experiments.stats import estimate
 
     wide = qat_table.pivot_table(index=["run", "seed", "bits"], columns="method", values="mean_return")

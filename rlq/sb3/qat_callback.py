@@ -16,7 +16,7 @@ Saving and loading: a converted policy holds plain tensors (``model.save`` then 
 and the same :class:`QATCallback` prepares it again when training resumes (only observed activation ranges
 are re-observed). :mod:`rlq.sb3.qat_checkpoint` keeps the quantization state itself inside the zip.
 Training together with compression. ``model.learn(n, callback=[QATCallback(...), GSTCallback(...)])`` (or
-with :class:`rlq.sb3.pruning.GradualPruningCallback`, in either order) trains a policy that is sparse and
+with :class:`rlq.sb3.pruning_callback.GradualPruningCallback`, in either order) trains a policy that is sparse and
 low-bit at once; QAT quantizes what the compression stores:
 
 - **Stacking.** The weight quantizer is always the *last* parametrization of a weight. On a
@@ -463,7 +463,7 @@ class QATCallback(BaseCallback):
             if found != {self.bits}:
                 raise ValueError(
                     f"the policy is already prepared for QAT at {sorted(found)} bits, not {self.bits}; "
-                    "convert it (rlq.sb3.qat.convert_policy_qat_) or start from a float model"
+                    "convert it (rlq.sb3.qat_callback.convert_policy_qat_) or start from a float model"
                 )
             for layer in layers.values():
                 _install_state_dict_hooks(layer)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from rlq.experiments.quarl.evaluation import evaluate_episodes, solved_threshold
-from rlq.experiments.quarl.runs import CALIBRATION_SEED_OFFSET, Progress, RunSpec
+from rlq.experiments.quarl.run_specs import CALIBRATION_SEED_OFFSET, Progress, RunSpec
 from rlq.rl.evaluate import EVAL_SEED_OFFSET
 
 FLOAT, KERNEL, WEIGHTS_ONLY, ONNX, NOISE = "float", "kernel", "weights-only", "onnx", "noise"

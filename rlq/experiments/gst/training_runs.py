@@ -14,12 +14,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.core.validation import check_positive_int
-from rlq.experiments.runs import RESULTS_FILE
+from rlq.experiments.run_folders import RESULTS_FILE
 from rlq.rl.evaluate import EVAL_SEED_OFFSET
 from rlq.rl.parallel import JOBS_FOLDER, JobFailure, JobsFailed, run_jobs
 from rlq.sb3.compression import CompressionCallback
-from rlq.sb3.gst import GSTCallback
-from rlq.sb3.pruning import GradualPruningCallback
+from rlq.sb3.gst_callback import GSTCallback
+from rlq.sb3.pruning_callback import GradualPruningCallback
 
 METHODS = ("dense", "pruning", "gst")
 """The compression methods of the GST notebooks: dense training, Zhu & Gupta's gradual (iterative) pruning, GST."""

@@ -9,14 +9,14 @@ networks, reset and park the optimizers' state and record the events. What every
 shares (layers, targets, optimizer state, history, checkpoints) is
 :class:`rlq.sb3.compression.CompressionCallback`.
 
-    from rlq.sb3.gst import GSTCallback
+    from rlq.sb3.gst_callback import GSTCallback
     gst = GSTCallback(block_schedule=((0.0, 4), (0.25, 2)), s_shift=0.25, bc_end=0.5, prune_every=1000)
     model.learn(100_000, callback=gst)
     gst.history                      # one row per action and every ``log_every`` steps
     gst.average_compression_ratio()  # GST's headline measure
 
-Sparse and low-bit at once: add :class:`rlq.sb3.qat.QATCallback` to the same ``learn`` (either order);
-QAT then quantizes the stored B-vectors and kept weights (see :mod:`rlq.sb3.qat`, "Training together with
+Sparse and low-bit at once: add :class:`rlq.sb3.qat_callback.QATCallback` to the same ``learn`` (either order);
+QAT then quantizes the stored B-vectors and kept weights (see :mod:`rlq.sb3.qat_callback`, "Training together with
 compression"). Without QAT nothing here changes.
 """
 

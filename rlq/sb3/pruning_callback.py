@@ -36,8 +36,8 @@ class GradualPruningCallback(CompressionCallback):
       :class:`CompressionCallback`.
 
     Targets get the online networks' masks at every update, so their pruned weights stay exactly zero.
-    With :class:`rlq.sb3.qat.QATCallback` in the same ``learn``, QAT quantizes the kept weights (see
-    :mod:`rlq.sb3.qat`).
+    With :class:`rlq.sb3.qat_callback.QATCallback` in the same ``learn``, QAT quantizes the kept weights (see
+    :mod:`rlq.sb3.qat_callback`).
     """
 
     checkpoint_key = "gradual_pruning"
