@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,50 +63,39 @@ def ptq_after_training(
 def qat_agent(
     spec: RunSpec,
     seed: int,
-    bits: int,
+    callback: Any,
     *,
-    delay_fraction: float,
     eval_episodes: int,
-    per_channel: bool,
-    activations: bool,
-    skip_first_last: bool,
     n_envs_on_policy: int,
     calibration: np.ndarray,
     checkpoint_every: int,
     folder: str | Path,
 ) -> tuple[TrainedAgent, EvalResult, int | None]:
-    """Return the agent trained with QAT at ``bits``, its return as deployed, and the step its quantization switched on.
+    """Return the agent trained with the QAT ``callback``, its return as deployed, and the step its quantization switched on.
 
-    Fake quantization starts after ``delay_fraction`` of training (:class:`rlq.sb3.qat_callback.QATCallback`); the agent
-    trains (or resumes) in ``folder/qat<bits>`` with the fp32 agent's seed, and plays the fp32 agent's episodes.
-    It is evaluated with its weights at ``bits`` and the activation quantizers it trained; one loaded from a
-    checkpoint has none and gets ones calibrated on ``calibration``, like PTQ.
+    ``callback`` is a fresh :class:`rlq.sb3.qat_callback.QATCallback` (its bits, delay and options as built in the
+    notebook); the agent trains (or resumes) in ``folder/qat<bits>`` with the fp32 agent's seed, and plays
+    the fp32 agent's episodes. It is evaluated with its weights at the callback's bits and the activation
+    quantizers it trained; one loaded from a checkpoint has none and gets ones calibrated on
+    ``calibration``, like PTQ.
     """
     from rlq.experiments.quarl.ptq_sweep import weights_only
     from rlq.quant.activations import input_quantizers
-    from rlq.sb3.qat_callback import QATCallback
     from rlq.sb3.quantized import quantized_policy
 
-    callback = QATCallback(
-        bits,
-        delay_steps=int(delay_fraction * spec.steps),
-        activations=activations,
-        per_channel=per_channel,
-        skip_first_last=skip_first_last,
-    )
     trained = spec.train(
-        Path(folder) / f"qat{bits}",
+        Path(folder) / f"qat{callback.bits}",
         seed=seed,
         n_envs_on_policy=n_envs_on_policy,
         checkpoint_every=checkpoint_every,
         callback=callback,
     )
-    fresh_activations = activations and not input_quantizers(trained.model.policy)
+    fresh_activations = callback.activations and not input_quantizers(trained.model.policy)
     policy = quantized_policy(
         trained.model,
-        weights_only(bits),
+        weights_only(callback.bits),
         calibration_obs=calibration,
-        per_channel_linear=per_channel,
+        per_channel_linear=callback.per_channel,
         activations=fresh_activations,
     )
     result = evaluate_episodes(policy, spec.env_id, eval_episodes, seed + EVAL_SEED_OFFSET)
@@ -115,27 +105,33 @@ def qat_agent(
 def qat_seed(
     spec: RunSpec,
     seed: int,
+    callbacks: Sequence[Any],
     *,
-    bits: Sequence[int],
-    delay_fraction: float,
-    skip_first_last: bool,
     calibration_steps: int,
     folder: str | Path,
+    eval_episodes: int,
+    per_channel: bool,
+    activations: bool,
+    n_envs_on_policy: int,
+    checkpoint_every: int,
     torch_threads: int = 1,
-    **shared: Any,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return one run and seed's evaluations (fp32, PTQ and QAT per bit width) and learning curves.
 
-    :func:`ptq_after_training`, then :func:`qat_agent` per bit width, in ``folder``; ``shared`` holds their
-    common keyword arguments. One job of :func:`qat_vs_ptq` (picklable, for worker processes).
+    :func:`ptq_after_training` at each callback's bits, then :func:`qat_agent` with a fresh copy of each
+    QAT callback, in ``folder``. One job of :func:`qat_vs_ptq` (picklable, for worker processes).
     """
     import torch
 
     torch.set_num_threads(torch_threads)
     common = dict(algorithm=spec.algorithm, environment=spec.env_id, seed=seed)
-    fp32, calibration, table = ptq_after_training(
-        spec, seed, bits=bits, calibration_steps=calibration_steps, folder=folder, **shared
+    shared = dict(
+        eval_episodes=eval_episodes, n_envs_on_policy=n_envs_on_policy, checkpoint_every=checkpoint_every
     )
+    fp32, calibration, table = ptq_after_training(
+        spec, seed, bits=[c.bits for c in callbacks], calibration_steps=calibration_steps, folder=folder,
+        per_channel=per_channel, activations=activations, **shared,
+    )  # fmt: skip
     curves = [fp32.curve.assign(method="fp32", bits=32, **common)]
     evaluations = [
         dict(
@@ -147,23 +143,16 @@ def qat_seed(
         )
         for r in table.itertuples()
     ]
-    for b in bits:
+    for callback in callbacks:
         qat, result, qat_from = qat_agent(
-            spec,
-            seed,
-            b,
-            delay_fraction=delay_fraction,
-            skip_first_last=skip_first_last,
-            calibration=calibration,
-            folder=folder,
-            **shared,
+            spec, seed, copy.deepcopy(callback), calibration=calibration, folder=folder, **shared
         )
-        curves.append(qat.curve.assign(method="qat", bits=b, **common))
+        curves.append(qat.curve.assign(method="qat", bits=callback.bits, **common))
         evaluations.append(
             dict(
                 **common,
                 method="qat",
-                bits=b,
+                bits=callback.bits,
                 mean_return=result.mean,
                 std_return=result.std,
                 qat_from=qat_from,
@@ -175,13 +164,11 @@ def qat_seed(
 def qat_vs_ptq(
     specs: Sequence[RunSpec],
     seeds: Sequence[int],
+    callbacks: Mapping[str, Sequence[Any]],
     *,
-    bits: Sequence[int],
-    delay_fraction: float,
     eval_episodes: int,
     per_channel: bool,
     activations: bool,
-    skip_first_last: bool,
     n_envs_on_policy: int,
     calibration_steps: int,
     checkpoint_every: int,
@@ -194,21 +181,24 @@ def qat_vs_ptq(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return every evaluation (fp32, PTQ and QAT per run, seed and bit width) and every learning curve.
 
-    One :func:`qat_seed` job per run and seed, ``workers`` at a time in processes or Ray tasks (``executor``,
-    ``ray_address``: :func:`rlq.rl.parallel.run_jobs`), in
+    ``callbacks[spec.name]`` holds the run's QAT callbacks (:class:`rlq.sb3.qat_callback.QATCallback`, one per bit
+    width, as a notebook builds them); the fp32 agent is quantized after training (PTQ, with ``per_channel``
+    and ``activations``) at the same widths. One :func:`qat_seed` job per run and seed, ``workers`` at a time
+    in processes or Ray tasks (``executor``, ``ray_address``: :func:`rlq.rl.parallel.run_jobs`), in
     ``out/agents/<run>/seed<seed>/``; ``progress`` gets a line per finished job. The evaluations carry
     ``run`` and ``solved`` (the fp32 agent reaches its environment's threshold, :func:`solved_threshold`).
     """
     from rlq.rl.parallel import run_jobs
 
+    missing = [spec.name for spec in specs if spec.name not in callbacks]
+    if missing:
+        raise ValueError(f"no QAT callbacks for runs {missing}; callbacks names {sorted(callbacks)}")
     pairs = [(spec, seed) for spec in specs for seed in seeds]
     jobs = [
         dict(
             spec=spec,
             seed=seed,
-            bits=list(bits),
-            delay_fraction=delay_fraction,
-            skip_first_last=skip_first_last,
+            callbacks=list(callbacks[spec.name]),
             calibration_steps=calibration_steps,
             folder=Path(out) / "agents" / spec.folder / f"seed{seed}",
             torch_threads=torch_threads,
