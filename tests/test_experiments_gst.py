@@ -14,7 +14,6 @@ from rlq.experiments.gst import (
     controller_decisions,
     figures,
     method_jobs,
-    sweep_jobs,
     sweep_numbers,
     sweep_table,
 )
@@ -115,30 +114,6 @@ def test_method_jobs_give_every_task_seed_and_method_its_own_folder_and_keys(tmp
     )
     assert one_task[0]["keys"] == {"seed": 3, "method": "gst"}
     assert one_task[0]["run_dir"] == tmp_path / "runs" / "gst__3"
-
-
-def test_sweep_jobs_run_dense_then_every_transition_and_s_shift(tmp_path):
-    settings = compression_settings(1_536, **KNOBS)
-    jobs = sweep_jobs(
-        tmp_path,
-        seeds=[0],
-        s_shifts=[0.25, 1.0],
-        transition_methods=["projection", "exact"],
-        include_dense=True,
-        env_id="CartPole-v1",
-        total_timesteps=1_536,
-        settings=settings,
-    )
-    assert [job["keys"]["config"] for job in jobs] == [
-        "dense",
-        "projection, S_shift 0.25",
-        "projection, S_shift 1",
-        "exact, S_shift 0.25",
-        "exact, S_shift 1",
-    ]
-    assert jobs[0]["gst"] is None
-    assert jobs[-1]["gst"]["s_shift"] == 1.0 and jobs[-1]["gst"]["transition_method"] == "exact"
-    assert jobs[1]["run_dir"] == tmp_path / "runs" / "projection__S_shift_0.25__0"
 
 
 def summary_of(rows):

@@ -35,6 +35,21 @@ def test_each_run_gets_its_own_copy_of_the_callback_and_its_own_folder(tmp_path)
     )
 
 
+def test_a_methods_own_keys_label_its_rows_and_its_folder_name_is_safe(tmp_path):
+    sweep = {
+        "dense": CompressionCallback(log_every=50),
+        "exact, S_shift 0.25": GSTCallback(s_shift=0.25, transition_method="exact", log_every=50),
+    }
+    keys = {"exact, S_shift 0.25": {"method": "gst", "config": "exact, S_shift 0.25", "s_shift": 0.25}}
+    jobs = seed_jobs(Agent("PPO"), sweep, env_ids=["CartPole-v1"], seeds=[3], keys=keys, total_timesteps=64,
+                     out=tmp_path)  # fmt: skip
+    assert jobs[0]["keys"] == {"env_id": "CartPole-v1", "seed": 3, "method": "dense"}
+    assert jobs[1]["keys"] == {
+        "env_id": "CartPole-v1", "seed": 3, "method": "gst", "config": "exact, S_shift 0.25", "s_shift": 0.25
+    }  # fmt: skip
+    assert jobs[1]["run_dir"] == tmp_path / "runs" / "CartPole-v1__exact_S_shift_0.25__3"
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -10,6 +10,7 @@ and resume (:func:`rlq.experiments.gst.train_and_evaluate_all`), and returns the
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +45,16 @@ def seed_jobs(
     total_timesteps: int,
     out: str | Path,
     method_seeds: Mapping[str, Sequence[int]] | None = None,
+    keys: Mapping[str, Mapping[str, Any]] | None = None,
     **job: Any,
 ) -> list[dict[str, Any]]:
     """Return one training job per task, seed and method (in that nesting), each with a fresh copy of its callback.
 
     A run's folder is ``out/runs/<env id>__<method>__<seed>`` and its ``keys`` are the env id, seed and method,
-    which name its result for resuming. ``method_seeds`` gives a method its own seeds (a subset of ``seeds``).
-    ``job`` holds what every run shares (``eval_episodes``, ``checkpoint_every``, ``torch_threads``, ...).
+    which name its result for resuming and label its tables' rows; ``keys[method]`` adds columns of that
+    method's own or replaces them (a sweep's ``{"method": "gst", "config": ..., "s_shift": ...}``).
+    ``method_seeds`` gives a method its own seeds (a subset of ``seeds``). ``job`` holds what every run
+    shares (``eval_episodes``, ``checkpoint_every``, ``torch_threads``, ...).
     """
     for method, callback in callbacks.items():
         if not isinstance(callback, CompressionCallback):
@@ -76,8 +80,8 @@ def seed_jobs(
             env_id=env_id,
             total_timesteps=total_timesteps,
             seed=seed,
-            keys={"env_id": env_id, "seed": seed, "method": method},
-            run_dir=Path(out) / "runs" / f"{env_id}__{method}__{seed}",
+            keys={"env_id": env_id, "seed": seed, "method": method, **dict((keys or {}).get(method, {}))},
+            run_dir=Path(out) / "runs" / _folder_name(f"{env_id}__{method}__{seed}"),
             callback=copy.deepcopy(callback),
             hyperparams=copy.deepcopy(agent.hyperparams),
             policy=agent.policy,
@@ -91,6 +95,11 @@ def seed_jobs(
     ]
 
 
+def _folder_name(name: str) -> str:
+    """Return ``name`` with every character other than letters, digits and ``._-`` made ``_`` (a sweep's labels)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
 def run_seeds(
     agent: Agent,
     callbacks: Mapping[str, CompressionCallback],
@@ -100,6 +109,7 @@ def run_seeds(
     total_timesteps: int,
     out: str | Path,
     method_seeds: Mapping[str, Sequence[int]] | None = None,
+    keys: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int = 1,
     executor: str = "processes",
     ray_address: str | None = None,
@@ -109,14 +119,14 @@ def run_seeds(
     """Return every run's result and the runs' stacked tables, after training ``agent`` with each callback.
 
     One run per task, seed and method (:func:`seed_jobs`), ``workers`` at a time in processes or on Ray at
-    ``ray_address`` (``executor``); each is evaluated on ``eval_episodes`` deterministic episodes and
-    checkpointed every ``checkpoint_every`` steps. A run folder ``out`` that already holds finished runs loads
+    ``ray_address`` (``executor``), labelled by ``keys`` (:func:`seed_jobs`); each is evaluated on
+    ``eval_episodes`` deterministic episodes and checkpointed every ``checkpoint_every`` steps. A run folder ``out`` that already holds finished runs loads
     them, and an interrupted run resumes from its newest checkpoint. The tables (``summary``, ``history``,
     ``curve``, ``events``) are also written to ``out/<table>.csv`` (what ``rlq publish`` commits).
     """
     jobs = seed_jobs(
         agent, callbacks, env_ids=env_ids, seeds=seeds, total_timesteps=total_timesteps, out=out,
-        method_seeds=method_seeds, **job,
+        method_seeds=method_seeds, keys=keys, **job,
     )  # fmt: skip
     return train_and_evaluate_all(
         jobs, workers=workers, executor=executor, ray_address=ray_address, out=out, progress=progress

@@ -4,8 +4,8 @@ In the order the notebooks call it:
 
 - :mod:`~rlq.experiments.gst.jobs`: :func:`compression_settings` derives GST's and the pruning baseline's
   callback settings from a notebook's parameters, by one rule for every notebook; :func:`td3_hyperparams`
-  makes TD3's arguments; :func:`method_jobs` (one run per task, seed and method) and :func:`sweep_jobs`
-  (GST's knobs swept) list the runs.
+  makes TD3's arguments; :func:`method_jobs` lists one run per task, seed and method (notebooks that build
+  their callbacks in a cell use :func:`rlq.experiments.seed_runs.run_seeds` instead).
 - :mod:`~rlq.experiments.gst.training_runs`: :func:`train_and_evaluate_all` trains them (through
   :func:`train_and_evaluate` and :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
 - :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
@@ -37,7 +37,6 @@ from rlq.experiments.gst.jobs import (
     PRUNING_START_FRACTION,
     compression_settings,
     method_jobs,
-    sweep_jobs,
     sweep_label,
     td3_hyperparams,
 )
@@ -94,7 +93,6 @@ __all__ = [
     "score_column",
     "seed_estimates",
     "seed_folder",
-    "sweep_jobs",
     "sweep_label",
     "sweep_numbers",
     "sweep_table",

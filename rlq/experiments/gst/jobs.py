@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -213,55 +212,3 @@ def method_jobs(
 def sweep_label(transition: str, s_shift: float) -> str:
     """Return the name of one swept GST configuration, e.g. ``"exact, S_shift 0.25"``."""
     return f"{transition}, S_shift {s_shift:g}"
-
-
-def sweep_jobs(
-    out: str | Path,
-    *,
-    seeds: Sequence[int],
-    s_shifts: Sequence[float],
-    transition_methods: Sequence[str],
-    include_dense: bool,
-    env_id: str,
-    total_timesteps: int,
-    settings: dict[str, dict[str, Any]],
-    log_points: int = 100,
-    **job: Any,
-) -> list[dict[str, Any]]:
-    """Return one :func:`train_and_evaluate` job per seed and configuration: dense, then GST per transition and S_shift.
-
-    Each GST run takes ``settings["gst"]`` with its own ``s_shift`` and ``transition_method``; the tables'
-    ``keys`` are ``seed``, ``method``, ``config`` (:func:`sweep_label`, or ``"dense"``), ``s_shift`` and
-    ``transition``.
-    """
-    configs: list[tuple[str, float | None, str | None]] = [("dense", None, None)] if include_dense else []
-    configs += [("gst", s, t) for t, s in itertools.product(transition_methods, s_shifts)]
-    jobs = []
-    for seed in seeds:
-        for method, shift, transition in configs:
-            config = "dense" if method == "dense" else sweep_label(transition, shift)
-            gst = (
-                {**settings["gst"], "s_shift": shift, "transition_method": transition}
-                if method == "gst"
-                else None
-            )
-            jobs.append(
-                dict(
-                    method=method,
-                    env_id=env_id,
-                    total_timesteps=total_timesteps,
-                    seed=seed,
-                    keys={
-                        "seed": seed,
-                        "method": method,
-                        "config": config,
-                        "s_shift": shift,
-                        "transition": transition,
-                    },
-                    run_dir=Path(out) / "runs" / f"{config.replace(', ', '__').replace(' ', '_')}__{seed}",
-                    gst=gst,
-                    log_every=max(1, total_timesteps // log_points),
-                    **job,
-                )
-            )
-    return jobs
