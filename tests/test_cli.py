@@ -109,6 +109,8 @@ def test_resume_reruns_failed_folder_and_archives_previous_attempt(tiny_notebook
         (["run", "tiny", "--preset", "huge"], "no preset 'huge'"),
         (["params", "nosuch"], "unknown experiment 'nosuch'"),
         (["run", "--resume", "/nonexistent/run"], "not a run folder"),
+        (["runs", "nosuch"], "unknown experiment 'nosuch'"),
+        (["runs", "/tmp"], "is a folder; list the runs under it with --runs /tmp"),
     ],
 )
 def test_bad_input_exits_2_before_any_run_folder(tiny_notebooks, tmp_path, args, message):

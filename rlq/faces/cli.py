@@ -142,7 +142,14 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from rlq.core.jsonio import read_json
     from rlq.experiments.run_folders import RESULTS_FILE, list_runs, run_state
 
-    for path in list_runs(args.runs, args.name):
+    if args.name is not None:
+        if "/" in args.name or Path(args.name).is_dir():
+            raise ExperimentError(f"{args.name!r} is a folder; list the runs under it with --runs {args.name}")
+        get_experiment(args.name)  # an unknown name is named, with the known ones
+    paths = list_runs(args.runs, args.name)
+    if not paths:
+        print(f"no {args.name + ' ' if args.name else ''}runs under {args.runs}")
+    for path in paths:
         try:
             results = read_json(path / RESULTS_FILE)
         except ValueError as e:
