@@ -144,7 +144,9 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
     if args.name is not None:
         if "/" in args.name or Path(args.name).is_dir():
-            raise ExperimentError(f"{args.name!r} is a folder; list the runs under it with --runs {args.name}")
+            raise ExperimentError(
+                f"{args.name!r} is a folder; list the runs under it with --runs {args.name}"
+            )
         get_experiment(args.name)  # an unknown name is named, with the known ones
     paths = list_runs(args.runs, args.name)
     if not paths:
