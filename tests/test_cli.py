@@ -188,3 +188,16 @@ def test_resume_checks_a_hand_edited_params_file_as_run_checks_new_ones(
     result = run_cli("run", "--resume", str(run_dir))
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (run_dir / "attempts").exists()  # refused before anything was archived or started
+
+
+def test_a_notebook_without_parameters_is_no_experiment(tiny_notebooks):
+    """JupyterLab's empty Untitled.ipynb neither breaks rlq list nor runs; a damaged notebook is still named."""
+    (tiny_notebooks / "Untitled.ipynb").write_text(
+        '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
+    listing = run_cli("list")
+    assert listing.returncode == 0 and "tiny" in listing.stdout and "Untitled" not in listing.stdout
+    refused = run_cli("run", "Untitled")
+    assert refused.returncode == 2 and "known experiments: tiny" in refused.stderr
+    (tiny_notebooks / "broken.ipynb").write_text("{not json")
+    assert "broken.ipynb" in run_cli("list").stderr

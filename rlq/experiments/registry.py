@@ -275,17 +275,34 @@ def load_experiment(path: str | Path) -> Experiment:
     return Experiment(path.stem, path, description, parameters, presets, wall_times, dict(requires))
 
 
+def is_experiment_notebook(path: str | Path) -> bool:
+    """Return whether the notebook at ``path`` is an experiment: it has a cell tagged ``parameters``.
+
+    Notebooks without one (an ``Untitled.ipynb`` JupyterLab created, a scratch notebook) are not listed or
+    run; a file that is not valid JSON counts as one, so that loading it names the damage.
+    """
+    try:
+        cells = json.loads(Path(path).read_text()).get("cells", [])
+    except (ValueError, AttributeError):
+        return True
+    return any("parameters" in (cell.get("metadata", {}).get("tags") or []) for cell in cells)
+
+
+def _notebooks(folder: Path) -> list[Path]:
+    return [p for p in sorted(folder.glob("*.ipynb")) if is_experiment_notebook(p)]
+
+
 def list_experiments(folder: str | Path | None = None) -> list[Experiment]:
     """Return every experiment notebook in ``folder`` (default: the repository's ``notebooks/``), by name."""
     folder = Path(folder) if folder is not None else notebooks_dir()
-    return [load_experiment(p) for p in sorted(folder.glob("*.ipynb"))]
+    return [load_experiment(p) for p in _notebooks(folder)]
 
 
 def get_experiment(name: str, folder: str | Path | None = None) -> Experiment:
     """Return the experiment called ``name``, or raise ExperimentError listing the known ones."""
     folder = Path(folder) if folder is not None else notebooks_dir()
     path = folder / f"{name}.ipynb"
-    if "/" in name or not path.is_file():
-        known = ", ".join(p.stem for p in sorted(folder.glob("*.ipynb"))) or "(none)"
+    if "/" in name or not path.is_file() or not is_experiment_notebook(path):
+        known = ", ".join(p.stem for p in _notebooks(folder)) or "(none)"
         raise ExperimentError(f"unknown experiment {name!r}; known experiments: {known}")
     return load_experiment(path)
