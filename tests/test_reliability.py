@@ -60,6 +60,8 @@ def _bad_values(param) -> list[tuple[str, str]]:
                 else str(value)
             )
             bad.append((f"out of range ({key}={bound:g})", wrap(text)))
+    if c.unique and isinstance(default, list) and default:
+        bad.append(("repeated item", json.dumps([default[0], default[0]])))
     if c.choices:
         bad.append(
             ("not a choice", wrap('"no-such-choice"' if isinstance(default, list) else "no-such-choice"))
@@ -137,6 +139,7 @@ def test_constraint_syntax():
     with pytest.raises(ConstraintError, match="cannot read"):
         parse_constraint("x [min: abc]", "here")
     assert parse_constraint("x [nonfinite: ok]", "here").nonfinite
+    assert parse_constraint("x [unique: yes]", "here").unique
     check_value("t", float("inf"), 1.0, parse_constraint("x [nonfinite: ok]", "here"))
     with pytest.raises(ConstraintError, match="finite"):
         check_value("t", float("nan"), 1.0, Constraint())

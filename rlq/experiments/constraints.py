@@ -16,7 +16,8 @@ Keys: ``min``/``max`` (inclusive) and ``gt``/``lt`` (exclusive) bounds; ``choice
 ``[algorithm, env_id, steps]`` with optional hyperparameters as a 4th item, ``"zoo"`` for rl-zoo3's steps or
 settings; ``tuner.<setting>``, e.g. ``tuner.bits``: a value the sparsity tuner accepts for that setting, as
 :data:`rlq.experiments.tuner_space.SETTING_RANGES` declares it); ``nonfinite: ok`` (NaN and infinity are
-meaningful here). For a list, bounds, choices and kind apply to every item.
+meaningful here); ``unique: yes`` (a list's items must not repeat, e.g. seeds). For a list, bounds, choices
+and kind apply to every item.
 
 Whatever is declared or not, a float that is NaN or infinite is rejected (unless ``nonfinite: ok``), and
 the items of a list whose default holds items of one type must have that type.
@@ -51,6 +52,7 @@ class Constraint:
     min_len: int | None = None
     kind: str | None = None
     nonfinite: bool = False
+    unique: bool = False
 
     def describe(self) -> str:
         """Return the constraint in words, e.g. ``>= 1, <= 16``."""
@@ -64,6 +66,8 @@ class Constraint:
             parts.append(_tuner_range(self.kind).describe())
         elif self.kind:
             parts.append("a known " + self.kind.replace("_", " "))
+        if self.unique:
+            parts.append("no item twice")
         return ", ".join(parts)
 
 
@@ -102,6 +106,10 @@ def parse_constraint(comment: str, where: str) -> Constraint:
                 fields[key] = text
             elif key == "nonfinite":
                 if text != "ok":
+                    raise KeyError(text)
+                fields[key] = True
+            elif key == "unique":
+                if text != "yes":
                     raise KeyError(text)
                 fields[key] = True
             else:
@@ -186,6 +194,11 @@ def check_value(name: str, value: Any, default: Any, constraint: Constraint) -> 
         if constraint.min_len is not None and len(value) < constraint.min_len:
             raise ConstraintError(
                 f"parameter {name!r} needs at least {constraint.min_len} item(s), got {value!r}"
+            )
+        repeated = sorted({repr(v) for i, v in enumerate(value) if v in value[:i]})
+        if constraint.unique and repeated:
+            raise ConstraintError(
+                f"parameter {name!r} must not repeat an item, got {value!r} ({', '.join(repeated)} twice)"
             )
         for i, item in enumerate(value):
             if item_type is not None and not _type_ok(item, item_type):
