@@ -72,3 +72,12 @@ def test_actorq_speedup_is_judged_in_the_regime_it_was_measured_in():
     assert got.setting == "measured in the actor_bound regime: one update per 80 steps"
     straddles = judge(claim, _results(claim.estimate, 1.51, 1.36, 1.67), 1.5)
     assert straddles.verdict == "inconclusive" and straddles.setting is None  # no regime recorded
+
+
+def test_a_nan_estimate_is_no_measurement():
+    """A NaN interval (dense's IQM 0, a run without episodes) is not judged, so a measured run can answer."""
+    claim = _claim("reward_drop")
+    nan = float("nan")
+    assert judge(claim, _results(claim.estimate, nan, nan, nan), 0.0) is None
+    assert judge(claim, {"reward_drop_beyond_seed_noise_pct": nan}, 0.0) is None
+    assert judge(claim, _results(claim.estimate, 2.0, -5.0, 4.0), 0.0).verdict == "holds"

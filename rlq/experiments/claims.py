@@ -23,6 +23,7 @@ IQM over the whole interval.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,9 +95,11 @@ def our_estimate(claim: Claim, results: Results) -> tuple[Estimate, bool] | None
     """Return our estimate for ``claim`` and whether it has an interval (False: a legacy point value), or None."""
     recorded = normalize_method_names(results).get("estimates") or {}
     if claim.estimate in recorded:
-        return Estimate.from_dict(recorded[claim.estimate]), True
+        estimate = Estimate.from_dict(recorded[claim.estimate])
+        finite = all(math.isfinite(x) for x in (estimate.value, estimate.lower, estimate.upper))
+        return (estimate, True) if finite else None  # NaN: nothing was measured (dense scored 0, no episode)
     value = claim.ours(results)
-    if value is None:
+    if value is None or not math.isfinite(value):
         return None
     seeds = results.get("seeds")
     n = seeds if isinstance(seeds, int) and not isinstance(seeds, bool) else None
