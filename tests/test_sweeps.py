@@ -185,3 +185,18 @@ def test_a_grid_above_the_limit_is_refused_naming_its_size_before_any_folder(tin
     with pytest.raises(ExperimentError, match=f"{MAX_POINTS + 1} points .* more than a sweep's {MAX_POINTS}"):
         create_sweep("tiny", [f"x={values}"], out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_whose_point_folders_were_deleted_runs_them_again(tiny_notebooks, tmp_path):
+    import shutil
+
+    path = create_sweep("tiny", ["x=1,2"], out=tmp_path)
+    sweep = resume_sweep(path)
+    shutil.rmtree(path / sweep["points"][0]["run"])
+    saved = json.loads((path / SWEEP_FILE).read_text())
+    del saved["points"][1]["run"]  # a hand-edited sweep.json without the key
+    (path / SWEEP_FILE).write_text(json.dumps(saved))
+    sweep = resume_sweep(path)
+    assert [p["status"] for p in sweep["points"]] == ["ok", "ok"]
+    assert all((path / p["run"] / "results.json").is_file() for p in sweep["points"])
+    assert pd.read_csv(path / SUMMARY_FILE)["total"].tolist() == [0.5, 1.0]

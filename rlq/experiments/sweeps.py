@@ -186,8 +186,8 @@ def resume_sweep(
     experiment = get_experiment(sweep["experiment"])
     refresh_statuses(path, sweep)
     todo = [p for p in sweep["points"] if p["status"] != "ok"]
-    for point in todo:
-        if point["run"] is None:
+    for point in todo:  # a point never started, or whose folder was deleted, gets a new run folder
+        if not point.get("run") or not (path / point["run"]).is_dir():
             run = new_run_dir(path, experiment.name)
             write_json(run / PARAMS_FILE, point["params"])
             point["run"] = str(run.relative_to(path))
