@@ -201,3 +201,11 @@ def test_a_notebook_without_parameters_is_no_experiment(tiny_notebooks):
     assert refused.returncode == 2 and "known experiments: tiny" in refused.stderr
     (tiny_notebooks / "broken.ipynb").write_text("{not json")
     assert "broken.ipynb" in run_cli("list").stderr
+
+
+def test_report_out_may_name_a_folder(tmp_path):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    result = run_cli("report", "--runs", str(tmp_path / "no_runs"), "--out", str(folder), "--format", "md")
+    assert result.returncode == 0, result.stderr
+    assert "<html" in (folder / "report.html").read_text().lower() and (folder / "report.md").is_file()

@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runs", type=Path, default=default_runs_dir(), help="parent of run folders (default: runs/)"
     )
-    p.add_argument("--out", type=Path, help="HTML file to write (default: <runs>/report.html)")
+    p.add_argument("--out", type=Path, help="HTML file, or a folder for report.html (default: <runs>/)")
     p.add_argument(
         "--format",
         choices=("html", "md"),

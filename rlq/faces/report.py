@@ -429,6 +429,8 @@ def build_report(
 
     runs_dir = Path(runs_dir)
     out = Path(out) if out is not None else runs_dir / "report.html"
+    if out.is_dir():  # a folder: the report goes into it
+        out = out / "report.html"
     paths = Paths(out, _project_root())
     records = collect_runs(runs_dir, results_dir)
     claims, runs = claims_table(records), runs_table(records, paths)
