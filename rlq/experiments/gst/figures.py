@@ -178,7 +178,9 @@ def gst_schedule_figure(
     The run is the first GST run of ``history`` (its ``group_keys`` values name it); crosses mark pruning
     updates where the reward had dropped (a back-off, then a pause).
     """
-    gst = history[history["method"] == "gst"]
+    from rlq.experiments.gst.tables import gst_rows
+
+    gst = gst_rows(history)
     key = gst[list(group_keys)].iloc[0].tolist() if len(gst) else None
     one = gst[(gst[list(group_keys)] == key).all(axis=1)] if key else gst
     fig = make_subplots(specs=[[{"secondary_y": True}]])

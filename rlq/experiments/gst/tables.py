@@ -112,15 +112,22 @@ def layers_of(results: Sequence[dict[str, Any]], method: str = "gst") -> pd.Data
     return next((r["layers"] for r in results if r["summary"]["method"] == method), None)
 
 
+def gst_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Return the rows of ``table`` of method ``gst``, or without any those of GST's variants (``gst_*``: an ablation's arms)."""
+    methods = table["method"].astype(str)
+    plain = table[methods == "gst"]
+    return plain if len(plain) else table[methods.str.startswith("gst_")]
+
+
 def gst_start_compression(summary: pd.DataFrame) -> float | None:
     """Return the lowest compression ratio GST runs start training with (block-circulant from step 0), or None."""
-    start = summary.loc[summary["method"] == "gst", "start_compression_ratio"]
+    start = gst_rows(summary)["start_compression_ratio"]
     return float(start.min()) if len(start) else None
 
 
 def controller_decisions(history: pd.DataFrame) -> dict[str, int]:
     """Return how often GST's reward-aware controller took each decision (rise, backoff, ...) at its pruning updates."""
-    gst = history[history["method"] == "gst"]
+    gst = gst_rows(history)
     updates = gst[gst["decision"].notna() & (gst["event"] != "log")]
     return {str(k): int(v) for k, v in updates["decision"].value_counts().items()}
 
