@@ -209,3 +209,27 @@ def test_report_out_may_name_a_folder(tmp_path):
     result = run_cli("report", "--runs", str(tmp_path / "no_runs"), "--out", str(folder), "--format", "md")
     assert result.returncode == 0, result.stderr
     assert "<html" in (folder / "report.html").read_text().lower() and (folder / "report.md").is_file()
+
+
+def test_a_failed_reattempt_does_not_keep_the_previous_attempts_numbers(tiny_notebooks, tmp_path):
+    from pathlib import Path
+
+    import nbformat
+
+    first = run_cli("run", "tiny", "-p", "fail", "True", "--out", str(tmp_path / "runs"))
+    assert first.returncode == 1
+    run_dir = Path(first.stdout.strip().splitlines()[-1])
+    assert json.loads((run_dir / "results.json").read_text())["total"] == 0.5
+    nb = nbformat.read(tiny_notebooks / "tiny.ipynb", as_version=4)
+    nb.cells[3].source = 'raise RuntimeError("fails before recording")'  # the record cell
+    nbformat.write(nb, tiny_notebooks / "tiny.ipynb")
+    again = run_cli("run", "--resume", str(run_dir))
+    assert again.returncode == 1
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "failed" and "fails before recording" in results["error"]
+    assert "total" not in results  # the first attempt's number stays in its archive only
+    assert json.loads((run_dir / "attempts" / "1" / "results.json").read_text())["total"] == 0.5
+    assert (
+        results["train_seconds"]
+        > json.loads((run_dir / "attempts" / "1" / "results.json").read_text())["run_seconds"]
+    )

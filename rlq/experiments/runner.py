@@ -102,9 +102,11 @@ def execute(
 
     path = Path(path).resolve()
     write_json(path / PARAMS_FILE, params)
-    results = read_json(path / RESULTS_FILE)
+    # an attempt starts from the earlier attempts' training time only: their numbers are archived under
+    # attempts/<n>/, and a re-attempt that fails before recording must not show them as its own
+    earlier = read_json(path / RESULTS_FILE)
+    results = {k: earlier[k] for k in ("train_seconds",) if k in earlier}
     results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
-    results.pop("error", None)
     write_json(path / RESULTS_FILE, results)
 
     previous_env = os.environ.get(RUN_DIR_ENV)
