@@ -399,3 +399,30 @@ def speedup_curve_figure(curve: pd.DataFrame, paper_range: tuple[float, float] =
         title="The paper's setting (4 actors, 2048x3, batch 256, 32 samples per insert), predicted",
     )  # fmt: skip
     return fig
+
+
+def convergence_figure(by_steps: pd.DataFrame, by_time: pd.DataFrame, thresholds: dict[str, float]) -> go.Figure:
+    """Return the return's IQM and 95% band over seeds against environment steps (left) and wall time (right).
+
+    One row per task; ``by_steps`` and ``by_time`` are :func:`rlq.experiments.quarl.return_at` tables, and
+    ``thresholds`` each task's return threshold (dotted).
+    """
+    tasks = list(by_steps["task"].unique())
+    titles = [f"{task}: {what}" for task in tasks for what in ("return at equal env steps", "at equal wall time")]
+    fig = make_subplots(rows=len(tasks), cols=2, subplot_titles=titles, vertical_spacing=0.12)
+    for row, task in enumerate(tasks, start=1):
+        for col, (table, x) in enumerate(((by_steps, "env_steps"), (by_time, "wall_time_s")), start=1):
+            for precision, g in table[table["task"] == task].groupby("precision", sort=False):
+                color = PRECISION_COLORS.get(precision)
+                fig.add_scatter(x=list(g[x]) + list(g[x])[::-1], y=list(g["upper"]) + list(g["lower"])[::-1],
+                                fill="toself", line=dict(width=0), fillcolor=color, opacity=0.2, hoverinfo="skip",
+                                showlegend=False, legendgroup=precision, row=row, col=col)  # fmt: skip
+                fig.add_scatter(x=g[x], y=g["value"], mode="lines+markers", name=precision, legendgroup=precision,
+                                showlegend=row == 1 and col == 1, line=dict(color=color), row=row, col=col)  # fmt: skip
+            if task in thresholds:
+                fig.add_hline(y=thresholds[task], line_dash="dot", line_color="grey", row=row, col=col)
+        fig.update_xaxes(title_text="environment steps", row=row, col=1)
+        fig.update_xaxes(title_text="training wall-clock (s)", row=row, col=2)
+        fig.update_yaxes(title_text="evaluation return (IQM)", row=row, col=1)
+    fig.update_layout(height=320 * len(tasks), title="fp32 and int8 actors: IQM and 95% interval over seeds")
+    return fig

@@ -51,18 +51,22 @@ def train_regimes(
     out: str | Path,
     base: Mapping[str, Any],
     progress: Progress = None,
+    workers: int = 1,
+    folder: str = "regimes",
 ) -> RegimeResults:
-    """Return one ActorQ run per regime, seed and actor precision, each resumable from ``out/checkpoints/regimes``.
+    """Return one ActorQ run per regime, seed and actor precision, each resumable from ``out/checkpoints/<folder>``.
 
     Every configuration is built and validated before the first run starts, so a bad regime fails at once.
     Runs of a regime go seed by seed, fp32 then the others back to back, so that a slow drift of the machine
-    touches both sides of a ratio alike.
+    touches both sides of a ratio alike. With ``workers`` > 1 (local backend only) that many runs train side
+    by side in processes, each on its own core; the results are then loaded from their finished checkpoints.
     """
     from rlq.actorq import ray_session, train
+    from rlq.rl.parallel import run_jobs
 
     if not regimes:
         raise ValueError("regimes is empty: name at least one regime of ActorQConfig overrides")
-    root = Path(out) / "checkpoints" / "regimes"
+    root = Path(out) / "checkpoints" / folder
     plan = [
         (name, seed, p, regime_config(base, regime, seed, p, root / f"{name}_s{seed}_{p}"))
         for name, regime in regimes.items()
@@ -70,6 +74,11 @@ def train_regimes(
         for p in precisions
     ]
     uses_ray = any(config.backend == "ray" for *_, config in plan)
+    if workers > 1:
+        if uses_ray:
+            raise ValueError(f"workers={workers}: runs side by side need the local backend (Ray runs share one instance)")
+        labels = [f"{name} seed {seed} {p}" for name, seed, p, _ in plan]
+        run_jobs(train_one, [{"config": config} for *_, config in plan], workers=workers, labels=labels)
     results: RegimeResults = {}
     with ray_session() if uses_ray else contextlib.nullcontext():
         for name, seed, precision, config in plan:
@@ -81,6 +90,13 @@ def train_regimes(
                     f"{result.wall_time_s:.1f} s training, final return {result.history['eval_return'].iloc[-1]:.0f}"
                 )
     return results
+
+
+def train_one(config: Any) -> int:
+    """Train one ActorQ run to the end of its budget in its checkpoint folder; return its learner steps."""
+    from rlq.actorq import train
+
+    return int(train(config).learner_steps)
 
 
 def layout_and_cores(config: Any) -> tuple[str, float]:
