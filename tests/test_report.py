@@ -194,7 +194,7 @@ def test_the_page_leads_with_verdicts_and_holds_no_machine_path(report):
         assert not ABSOLUTE_PATH.search(doc)
     first = text.splitlines()
     assert first[0].startswith(
-        "3 of 11 claims measured: 1 hold, 1 do not hold, 1 inconclusive; 4 runs (1 failed)"
+        f"3 of {len(CLAIMS)} claims measured: 1 hold, 1 do not hold, 1 inconclusive; 4 runs (1 failed)"
     )
     assert first[1].startswith("verdict") and sorted(line.split("  ")[0] for line in first[2:5]) == [
         "does not hold",
@@ -207,7 +207,7 @@ def test_the_page_leads_with_verdicts_and_holds_no_machine_path(report):
 def test_markdown_verdict_table(report):
     out, _, _ = report
     md = out.with_suffix(".md").read_text().splitlines()
-    assert md[0].startswith("**3 of 11 claims measured")
+    assert md[0].startswith(f"**3 of {len(CLAIMS)} claims measured")
     assert md[2] == "| Claim | Paper | Ours [95% interval] | Seeds | Preset | Verdict |"
     rows = [line for line in md[4:] if line.startswith("| ")]
     assert len(rows) == len(CLAIMS)
