@@ -20,6 +20,8 @@
 - :mod:`~rlq.experiments.quarl.regimes` (``quarl_actorq``): :func:`train_regimes`, :func:`regime_runs`,
   :func:`regime_comparison` (measured speedup beside :func:`rlq.actorq.predict_speedup`'s), :func:`regime_estimates`,
   :func:`paper_setting_curve`.
+- :mod:`~rlq.experiments.quarl.convergence` (``quarl_actorq``'s convergence section; imported as a module, not
+  re-exported): time to return, return at equal steps, the convergence claims' estimates.
 - :mod:`~rlq.experiments.quarl.figures`: their Plotly figures (``from rlq.experiments.quarl import figures``;
   not re-exported here, so importing the package does not import Plotly).
 """
