@@ -349,3 +349,16 @@ def test_replaying_the_earlier_runs_episodes_reproduces_their_logged_decisions_a
         assert "warmup" not in decisions and decisions.count("rise") <= 5
         backoffs += decisions.count("backoff")
     assert backoffs >= 1  # seed 0's dip after the cap (14k-17k steps) is seen
+
+
+def test_method_bars_color_a_gst_variant_distinctly():
+    import pandas as pd
+
+    from rlq.experiments.gst.figures import METHOD_COLORS, method_bars_figure, method_color
+
+    means = pd.DataFrame({"avg_compression_ratio": [0.0, 0.8, 0.5], "score": [10.0, 9.0, 8.0]},
+                         index=["dense", "gst", "gst_bc_only"])  # fmt: skip
+    fig = method_bars_figure(means, score="score", score_title="score")
+    colors = list(fig.data[0].marker.color)
+    assert colors[:2] == [METHOD_COLORS["dense"], METHOD_COLORS["gst"]]
+    assert colors[2] == method_color("gst_bc_only") and colors[2] not in METHOD_COLORS.values()

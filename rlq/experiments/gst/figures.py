@@ -13,6 +13,13 @@ from plotly.subplots import make_subplots
 from rlq.experiments.shared_figures import TEMPLATE
 
 METHOD_COLORS = {"dense": "#636efa", "pruning": "#ef553b", "gst": "#00cc96"}
+VARIANT_COLORS = ("#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52")
+"""Colors of methods beyond METHOD_COLORS (GST variants such as gst_bc_only), picked by name."""
+
+
+def method_color(method: str) -> str:
+    """Return the method's color: METHOD_COLORS', else one of VARIANT_COLORS chosen by the name (stable across runs)."""
+    return METHOD_COLORS.get(method) or VARIANT_COLORS[sum(map(ord, str(method))) % len(VARIANT_COLORS)]
 """One color per compression method, in every GST figure."""
 
 
@@ -91,7 +98,7 @@ def method_bars_figure(
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("Average compression ratio over training", score_title)
     )
-    colors = [METHOD_COLORS.get(m) for m in means.index]
+    colors = [method_color(m) for m in means.index]
     fig.add_bar(
         x=means.index, y=means["avg_compression_ratio"], name="ours", marker_color=colors, row=1, col=1
     )
@@ -128,7 +135,7 @@ def gst_gap_figure(
         first = env_id == env_ids[0]
         for method in rows.index:
             x = [f"{env_id}<br>{method}"]
-            style = dict(marker_color=METHOD_COLORS.get(method), name=method, legendgroup=method)
+            style = dict(marker_color=method_color(method), name=method, legendgroup=method)
             fig.add_bar(
                 x=x, y=[rows.loc[method, "avg_compression_ratio"]], showlegend=first, row=1, col=1, **style
             )
