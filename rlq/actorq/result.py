@@ -114,7 +114,7 @@ class ActorQResult:
         return {k: (self.breakdown[k] / total if total > 0 else 0.0) for k in keys}
 
 
-def time_to_return(history: pd.DataFrame, threshold: float) -> float | None:
-    """Return the first ``wall_time_s`` whose ``eval_return`` is at least ``threshold`` (None if never)."""
+def time_to_return(history: pd.DataFrame, threshold: float, column: str = "wall_time_s") -> float | None:
+    """Return the first ``column`` (wall_time_s or env_steps) with ``eval_return`` >= ``threshold``, or None."""
     reached = history[history["eval_return"] >= threshold]
-    return None if reached.empty else float(reached["wall_time_s"].iloc[0])
+    return None if reached.empty else float(reached[column].iloc[0])

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rlq.actorq.result import time_to_return
 from rlq.experiments.quarl.regimes import RegimeResults
 
 CURVE_COLUMNS = ["task", "seed", "precision", "learner_steps", "env_steps", "wall_time_s", "eval_return",
@@ -35,8 +36,8 @@ def convergence_curves(results: RegimeResults) -> pd.DataFrame:
 
 
 def _first_reaching(history: pd.DataFrame, threshold: float, column: str) -> float:
-    reached = history[history["eval_return"] >= threshold]
-    return float(reached[column].iloc[0]) if len(reached) else np.nan
+    found = time_to_return(history, threshold, column)
+    return np.nan if found is None else found
 
 
 def convergence_runs(results: RegimeResults, fraction: float = 0.9) -> pd.DataFrame:
