@@ -160,6 +160,26 @@ def test_state_dict_round_trip_into_a_fresh_dense_model():
     assert is_block_circulant(fresh.qf1[2]) and not is_block_circulant(fresh.qf1[0])
 
 
+@pytest.mark.parametrize("hidden", [8, 24])
+def test_a_state_dict_of_another_architecture_is_refused_and_leaves_the_module_as_it_was(hidden):
+    torch.manual_seed(0)
+    critic = TwinCritic(hidden=16)
+    block_circulant_(critic, 4)
+    other = TwinCritic(hidden=hidden)  # dense, and another width
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    parameters = list(other.parameters())  # what an optimizer built on it holds
+    x = torch.randn(3, 5)
+    out_before = other(x)
+    with pytest.raises(ValueError, match="does not fit this TwinCritic"):
+        load_compressed_state_dict_(other, critic.state_dict())
+    after = other.state_dict()
+    assert list(after) == list(before)  # no layer stayed block-circulant: the keys are the dense ones
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert not any(is_block_circulant(layer) for net in other.q_networks for layer in net)
+    assert all(a is b for a, b in zip(other.parameters(), parameters, strict=True))
+    assert torch.equal(other(x), out_before)
+
+
 def test_state_dict_round_trip_into_the_same_structure(tmp_path):
     torch.manual_seed(0)
     net, other = mlp(), mlp()

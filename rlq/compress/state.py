@@ -8,6 +8,7 @@ themselves, so a checkpoint needs nothing besides its state_dict.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,10 +50,30 @@ def load_compressed_state_dict_(
     """Return the structure applied after giving ``module`` the compression of ``state_dict`` and loading it.
 
     Layers are made block-circulant (with the saved B) or dense, and masked, as the keys say, then
-    ``module.load_state_dict(state_dict, strict)`` loads every value and mask. Forward paths other than
-    the default dense one are not part of a state_dict; set them again with ``set_forward_path_``.
+    ``module.load_state_dict(state_dict, strict)`` loads every value and mask. A ``state_dict`` that does not
+    fit (another architecture, a missing key) raises ValueError naming the mismatch and leaves ``module``
+    untouched (it is tried on a copy first). Forward paths other than the default dense one are not part
+    of a state_dict; set them again with ``set_forward_path_``.
     """
     structure = compression_structure(state_dict, module)
+    trial = copy.deepcopy(module)  # tried on a copy first: a misfit never half-converts ``module``
+    try:
+        _restructure_(trial, structure)
+        trial.load_state_dict(state_dict, strict=strict)
+    except (RuntimeError, ValueError) as e:  # a size mismatch, a missing key, a B that does not divide
+        raise ValueError(
+            f"the state_dict does not fit this {type(module).__name__} (left as it was): {e}"
+        ) from e
+    del trial
+    _restructure_(module, structure)
+    module.load_state_dict(state_dict, strict=strict)
+    for _, layer in compressible_layers(module):
+        refresh_masked_(stored_target(layer)[0])
+    return structure
+
+
+def _restructure_(module: nn.Module, structure: Mapping[str, Mapping[str, Any]]) -> None:
+    """Make each compressible layer of ``module`` block-circulant or dense, and masked, as ``structure`` says."""
     for name, layer in compressible_layers(module):
         wanted = structure[name]
         target, tensor_name = stored_target(layer)
@@ -66,7 +87,3 @@ def load_compressed_state_dict_(
         if wanted["pruned"]:
             target, tensor_name = stored_target(layer)
             prune_with_mask_(target, tensor_name, torch.ones_like(getattr(target, tensor_name)))
-    module.load_state_dict(state_dict, strict=strict)
-    for _, layer in compressible_layers(module):
-        refresh_masked_(stored_target(layer)[0])
-    return structure
