@@ -17,7 +17,9 @@ def run(returns, seconds_per_eval, steps_per_eval=1000):
         "wall_time_s": np.arange(n) * seconds_per_eval, "env_steps": np.arange(n) * steps_per_eval,
         "learner_steps": np.arange(n) * 10, "eval_return": returns, "actor_saturated_share": 0.0,
     })  # fmt: skip
-    return SimpleNamespace(history=history, env_steps=(n - 1) * steps_per_eval, wall_time_s=(n - 1) * seconds_per_eval)
+    return SimpleNamespace(
+        history=history, env_steps=(n - 1) * steps_per_eval, wall_time_s=(n - 1) * seconds_per_eval
+    )
 
 
 def results():
@@ -48,7 +50,9 @@ def test_estimates_pair_seeds_and_the_numbers_name_the_claims():
     assert by[("balance", "time_ratio")].value == pytest.approx(3.0) and by[("balance", "time_ratio")].n == 3
     changes = [100.0 * (980 - s - 1000) / 1000 for s in (0, 1, 2)]  # -2, -2.1, -2.2 %: IQM of 3 is their mean
     assert by[("all", "final_return_change_pct")].value == pytest.approx(np.mean(changes))
-    assert by[("all", "final_return_change_pct")].lower <= -2.1 <= by[("all", "final_return_change_pct")].upper
+    assert (
+        by[("all", "final_return_change_pct")].lower <= -2.1 <= by[("all", "final_return_change_pct")].upper
+    )
     numbers = convergence.convergence_numbers(table, runs, "balance", 0.9)
     assert numbers["estimates"]["time_to_return_speedup_int8_vs_fp32"]["value"] == pytest.approx(3.0)
     assert numbers["estimates"]["int8_final_return_change_pct"]["n"] == 3
@@ -65,7 +69,9 @@ def test_return_at_equal_steps_interpolates_each_run():
     assert list(fp32["value"]) == [500.0, 800.0, 950.0, 1000.0]
     int8_mid = at[(at["precision"] == "int8") & (at["env_steps"] == 4000)].iloc[0]
     assert int8_mid["value"] == pytest.approx(979.0) and int8_mid["n"] == 3
-    by_time = convergence.return_at(curves, "wall_time_s", points=2)  # int8 runs end at 20 s: points 10 and 20
+    by_time = convergence.return_at(
+        curves, "wall_time_s", points=2
+    )  # int8 runs end at 20 s: points 10 and 20
     assert list(by_time[by_time["precision"] == "fp32"]["value"]) == [500.0, 800.0]
     with pytest.raises(ValueError, match="no fp32 run"):
         convergence.convergence_runs({("x", 0, "int8"): run([1, 2], 1.0)})

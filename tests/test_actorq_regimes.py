@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlq.actorq import ActorQConfigError
+from rlq.actorq import ActorQConfig, ActorQConfigError
 from rlq.actorq.cost_model import steady_steps_per_s
 from rlq.experiments.quarl import (
     paper_setting_curve,
@@ -15,7 +15,7 @@ from rlq.experiments.quarl import (
     train_regimes,
 )
 
-BASE = dict(env_id="Pendulum-v1", algorithm="TD3", n_actors=1, learning_starts=200, update_period=20, eval_every=10,
+BASE = ActorQConfig(env_id="Pendulum-v1", algorithm="TD3", n_actors=1, learning_starts=200, update_period=20, eval_every=10,
             eval_episodes=1, torch_threads=1, backend="local", learner_steps=20, actor_backend="torch")  # fmt: skip
 REGIMES = {
     "busy_learner": {"description": "many updates per step", "hidden_sizes": [64, 64], "batch_size": 64,

@@ -17,6 +17,7 @@ from rlq.experiments.gst import (
     train_classifiers,
     with_seed_column,
 )
+from rlq.vision import make_schedule
 
 SCHEDULE = dict(
     block_size=4, late_block_size=0, transition_at=0.25, bc_end=0.5, s_shift=1.0, max_sparsity=0.7,
@@ -37,19 +38,41 @@ def data():
     )
 
 
+def _schedules(data, methods=("dense", "gst"), epochs=2):
+    spe = data.steps_per_epoch(48)
+    return {method: make_schedule(method, epochs * spe, spe, **SCHEDULE) for method in methods}
+
+
 def _train(data, out, seeds, methods=("dense", "gst"), **options):
     return train_classifiers(
         data,
-        list(methods),
+        _schedules(data, methods),
         epochs=2,
         batch_size=48,
         width=4,
         seeds=seeds,
         out=out,
-        schedule=SCHEDULE,
         lr=0.05,
         **options,
     )
+
+
+def test_each_seed_trains_a_fresh_copy_of_the_schedule_it_is_given(data, tmp_path):
+    schedules = _schedules(data, ("gst",))
+    before = schedules["gst"].state_dict()
+    results = train_classifiers(
+        data, schedules, epochs=2, batch_size=48, width=4, seeds=[0, 1], out=tmp_path, lr=0.05
+    )
+    assert schedules["gst"].state_dict() == before  # the caller's schedule never trains
+    # both seeds started from the same (fresh) schedule: each compressed from step 0
+    assert all(r["gst"].history["compression_ratio"].iloc[0] > 0.5 for r in results.values())
+
+
+def test_a_schedule_for_another_length_of_training_is_refused(data, tmp_path):
+    with pytest.raises(ValueError, match=r"schedules\['gst'\] has total_steps"):
+        train_classifiers(data, _schedules(data, ("gst",), epochs=3), epochs=2, batch_size=48, width=4, seeds=[0],
+                          out=tmp_path)  # fmt: skip
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.fixture(scope="module")

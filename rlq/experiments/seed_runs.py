@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from rlq.experiments.gst.training_runs import train_and_evaluate_all
+from rlq.rl.agents import TrainedAgent, train_agent
 from rlq.sb3.compression import CompressionCallback
 
 
@@ -34,6 +35,13 @@ class Agent:
     """SB3 policy name; None picks ``CnnPolicy`` for Atari and ``MlpPolicy`` otherwise."""
     n_envs: int = 1
     """Environments stepped side by side."""
+
+    def train(self, env_id: str, total_timesteps: int, *, seed: int = 0, **options: Any) -> TrainedAgent:
+        """Return this agent trained on ``env_id`` by :func:`rlq.rl.agents.train_agent` (``options``: its run_dir, ...)."""
+        return train_agent(
+            self.algo, env_id, total_timesteps, seed=seed, n_envs=self.n_envs, hyperparams=self.hyperparams,
+            policy=self.policy, **options,
+        )  # fmt: skip
 
 
 def seed_jobs(

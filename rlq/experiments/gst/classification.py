@@ -8,7 +8,8 @@ interval estimates of GST's compression and accuracy drop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import copy
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from rlq.experiments import stats
 
 if TYPE_CHECKING:
     from rlq.vision import ImageData, TrainedClassifier
+    from rlq.vision.schedules import CompressionSchedule
 
 
 def load_classification_data(
@@ -51,14 +53,13 @@ def seed_folder(out: str | Path, seed: int) -> Path:
 
 def train_classifiers(
     data: ImageData,
-    methods: Sequence[str],
+    schedules: Mapping[str, CompressionSchedule | None],
     *,
     epochs: int,
     batch_size: int,
     width: int,
     seeds: Sequence[int],
     out: str | Path,
-    schedule: dict[str, Any],
     progress: Callable[[str], Any] | None = None,
     workers: int = 1,
     torch_threads: int | None = None,
@@ -66,10 +67,12 @@ def train_classifiers(
 ) -> dict[int, dict[str, TrainedClassifier]]:
     """Return one ResNet-32 trained per seed and method (``results[seed][method]``), each resumable from its checkpoints.
 
-    Within a seed every method starts from the same initial weights; the seed also orders the batches.
-    ``schedule`` holds :func:`rlq.vision.make_schedule`'s knobs, ``train`` :func:`rlq.vision.train_classifier`'s
-    (``lr``, ``weight_decay``, ``device``, ...). Checkpoints go to ``out/seed_<s>/checkpoints/<method>/``, so
-    a seed resumes on its own; ``progress`` gets one line per trained method.
+    ``schedules`` maps each method to the compression schedule the caller built (:class:`rlq.compress.GSTSchedule`,
+    :class:`rlq.compress.GradualPruning`, None for dense); every (seed, method) trains under a fresh copy of
+    it. Within a seed every method starts from the same initial weights; the seed also orders the batches.
+    ``train`` holds :func:`rlq.vision.train_classifier`'s options (``lr``, ``weight_decay``, ``device``, ...).
+    Checkpoints go to ``out/seed_<s>/checkpoints/<method>/``, so a seed resumes on its own; ``progress`` gets
+    one line per trained method.
 
     ``workers > 1`` trains the (seed, method) pairs that many at a time in fresh processes
     (:func:`rlq.rl.parallel.run_jobs`), each with ``torch_threads`` threads; the models are then read back
@@ -79,47 +82,62 @@ def train_classifiers(
     seeds = [int(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
+    if not schedules:
+        raise ValueError("schedules is empty: give at least one method, e.g. {'dense': None}")
     check_positive_int("workers", workers)
-    run = dict(epochs=epochs, batch_size=batch_size, width=width, out=out, schedule=schedule, train=train)
+    total_steps = epochs * data.steps_per_epoch(batch_size)
+    for method, schedule in schedules.items():
+        steps = getattr(getattr(schedule, "config", None), "total_steps", total_steps)
+        if steps != total_steps:
+            raise ValueError(
+                f"schedules[{method!r}] has total_steps={steps}, but {epochs} epochs of "
+                f"{data.steps_per_epoch(batch_size)} steps are {total_steps}"
+            )
+    run = dict(epochs=epochs, batch_size=batch_size, width=width, out=out, train=train)
     if workers > 1:
         from rlq.experiments.gst.training_runs import keys_label
         from rlq.rl.parallel import run_jobs
 
-        pairs = [(seed, method) for seed in seeds for method in methods]
-        jobs = [dict(data=data, methods=[m], seed=s, torch_threads=torch_threads, **run) for s, m in pairs]
+        pairs = [(seed, method) for seed in seeds for method in schedules]
+        jobs = [
+            dict(data=data, schedules={m: schedules[m]}, seed=s, torch_threads=torch_threads, **run)
+            for s, m in pairs
+        ]
         labels = [keys_label({"seed": s, "method": m}) for s, m in pairs]
         run_jobs(_train_job, jobs, workers=workers, labels=labels)
-    return {seed: _train_seed(data, methods, seed=seed, progress=progress, **run) for seed in seeds}
+    return {seed: _train_seed(data, schedules, seed=seed, progress=progress, **run) for seed in seeds}
 
 
 def _train_job(
-    data: ImageData, methods: Sequence[str], seed: int, torch_threads: int | None, **run: Any
+    data: ImageData,
+    schedules: Mapping[str, CompressionSchedule | None],
+    seed: int,
+    torch_threads: int | None,
+    **run: Any,
 ) -> int:
-    """Return the epochs a worker trained ``methods`` of ``seed`` to (their final checkpoints hold the models)."""
+    """Return the epochs a worker trained ``schedules``' methods of ``seed`` to (their final checkpoints hold the models)."""
     if torch_threads is not None:
         torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
-    trained = _train_seed(data, methods, seed=seed, progress=None, **run)
+    trained = _train_seed(data, schedules, seed=seed, progress=None, **run)
     return min(int(r.history["epoch"].max()) for r in trained.values())
 
 
 def _train_seed(
     data: ImageData,
-    methods: Sequence[str],
+    schedules: Mapping[str, CompressionSchedule | None],
     epochs: int,
     batch_size: int,
     width: int,
     seed: int,
     out: str | Path,
-    schedule: dict[str, Any],
     progress: Callable[[str], Any] | None,
     train: dict[str, Any],
 ) -> dict[str, TrainedClassifier]:
     """Return one seed's classifiers, one per method, trained under ``out/seed_<seed>/checkpoints/``."""
-    from rlq.vision import make_schedule, resnet32, train_classifier
+    from rlq.vision import resnet32, train_classifier
 
-    steps_per_epoch = data.steps_per_epoch(batch_size)
     results = {}
-    for method in methods:
+    for method, schedule in schedules.items():
         torch.manual_seed(seed)  # the same initial weights for every method of this seed
         model = resnet32(num_classes=data.num_classes, width=width, in_channels=data.image_shape[0])
         results[method] = result = train_classifier(
@@ -127,7 +145,7 @@ def _train_seed(
             data,
             epochs,
             batch_size=batch_size,
-            schedule=make_schedule(method, epochs * steps_per_epoch, steps_per_epoch, **schedule),
+            schedule=copy.deepcopy(schedule),
             seed=seed,
             method=method,
             checkpoint_dir=seed_folder(out, seed) / "checkpoints" / method,

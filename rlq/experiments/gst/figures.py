@@ -20,6 +20,8 @@ VARIANT_COLORS = ("#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97f
 def method_color(method: str) -> str:
     """Return the method's color: METHOD_COLORS', else one of VARIANT_COLORS chosen by the name (stable across runs)."""
     return METHOD_COLORS.get(method) or VARIANT_COLORS[sum(map(ord, str(method))) % len(VARIANT_COLORS)]
+
+
 """One color per compression method, in every GST figure."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ import pandas as pd
 from rlq.experiments.quarl.run_specs import Progress
 
 if TYPE_CHECKING:
-    from rlq.actorq import ActorQResult
+    from rlq.actorq import ActorQConfig, ActorQResult
 
 ACTOR_PARTS = {
     "step": ("actor_env_step", "actor_inference"),
@@ -36,39 +37,29 @@ ActorQResults = dict[tuple[str, str], "ActorQResult"]
 
 
 def train_actorq(
+    config: ActorQConfig,
     env_ids: Sequence[str],
     precisions: Sequence[str],
     *,
     out: str | Path,
-    backend: str,
-    hidden_sizes: Sequence[int],
-    critic_hidden_sizes: Sequence[int],
-    hyperparams: dict[str, Any],
     progress: Progress = None,
-    **config: Any,
 ) -> ActorQResults:
-    """Return one ActorQ run per task and actor precision, by ``(env_id, precision)``, each resumable from its checkpoints.
+    """Return one ActorQ run of ``config`` per task and actor precision, by ``(env_id, precision)``, each resumable.
 
-    Every run has the same learner, seed and ``config`` (:class:`rlq.actorq.ActorQConfig` fields); only the
-    actors' precision changes. Checkpoints go to ``out/checkpoints/<task>_<precision>``; with the Ray
-    ``backend`` all runs share one Ray instance. ``progress`` gets a line per run.
+    Every run is ``config`` with only ``env_id`` and ``actor_precision`` replaced, so all have the same learner
+    and seed. Checkpoints go to ``out/checkpoints/<task>_<precision>``; with the Ray backend all runs share
+    one Ray instance. ``progress`` gets a line per run.
     """
-    from rlq.actorq import ActorQConfig, ray_session, train
+    from rlq.actorq import ray_session, train
 
     results: ActorQResults = {}
-    with ray_session() if backend == "ray" else contextlib.nullcontext():
+    with ray_session() if config.backend == "ray" else contextlib.nullcontext():
         for env_id in env_ids:
             for precision in precisions:
+                folder = Path(out) / "checkpoints" / f"{task_name(env_id)}_{precision}"
                 result = train(
-                    ActorQConfig(
-                        env_id=env_id,
-                        actor_precision=precision,
-                        backend=backend,
-                        hidden_sizes=tuple(hidden_sizes),
-                        critic_hidden_sizes=tuple(critic_hidden_sizes),
-                        hyperparams=dict(hyperparams),
-                        checkpoint_dir=str(Path(out) / "checkpoints" / f"{task_name(env_id)}_{precision}"),
-                        **config,
+                    dataclasses.replace(
+                        config, env_id=env_id, actor_precision=precision, checkpoint_dir=str(folder)
                     )
                 )
                 results[(env_id, precision)] = result

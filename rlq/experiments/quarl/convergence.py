@@ -162,7 +162,9 @@ def convergence_numbers(
                 "unit": unit, "task": task}  # fmt: skip
 
     if time_task not in set(runs["task"]):
-        raise ValueError(f"time_task={time_task!r} is not one of the convergence tasks {sorted(set(runs['task']))}")
+        raise ValueError(
+            f"time_task={time_task!r} is not one of the convergence tasks {sorted(set(runs['task']))}"
+        )
     out: dict[str, Any] = {"estimates": {}, "convergence": {}}
     for name, (task, measure, unit) in {
         "int8_final_return_change_pct": ("all", "final_return_change_pct", "%"),

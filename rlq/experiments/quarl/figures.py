@@ -401,14 +401,18 @@ def speedup_curve_figure(curve: pd.DataFrame, paper_range: tuple[float, float] =
     return fig
 
 
-def convergence_figure(by_steps: pd.DataFrame, by_time: pd.DataFrame, thresholds: dict[str, float]) -> go.Figure:
+def convergence_figure(
+    by_steps: pd.DataFrame, by_time: pd.DataFrame, thresholds: dict[str, float]
+) -> go.Figure:
     """Return the return's IQM and 95% band over seeds against environment steps (left) and wall time (right).
 
     One row per task; ``by_steps`` and ``by_time`` are :func:`rlq.experiments.quarl.return_at` tables, and
     ``thresholds`` each task's return threshold (dotted).
     """
     tasks = list(by_steps["task"].unique())
-    titles = [f"{task}: {what}" for task in tasks for what in ("return at equal env steps", "at equal wall time")]
+    titles = [
+        f"{task}: {what}" for task in tasks for what in ("return at equal env steps", "at equal wall time")
+    ]
     fig = make_subplots(rows=len(tasks), cols=2, subplot_titles=titles, vertical_spacing=0.12)
     for row, task in enumerate(tasks, start=1):
         for col, (table, x) in enumerate(((by_steps, "env_steps"), (by_time, "wall_time_s")), start=1):

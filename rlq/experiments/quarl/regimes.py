@@ -11,6 +11,7 @@ times faster than this CPU's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ import pandas as pd
 from rlq.experiments.quarl.run_specs import Progress
 
 if TYPE_CHECKING:
-    from rlq.actorq import ActorQResult
+    from rlq.actorq import ActorQConfig, ActorQResult
 
 META_KEYS = ("description",)
 """Keys of a regime that describe it rather than configure ActorQ."""
@@ -31,16 +32,16 @@ RegimeResults = dict[tuple[str, int, str], "ActorQResult"]
 
 
 def regime_config(
-    base: Mapping[str, Any], regime: Mapping[str, Any], seed: int, precision: str, folder: Path
-):
-    """Return the :class:`~rlq.actorq.ActorQConfig` of one run: ``base``, then the regime's overrides."""
-    from rlq.actorq import ActorQConfig
-
-    fields = {**base, **{k: v for k, v in regime.items() if k not in META_KEYS}}
+    base: ActorQConfig, regime: Mapping[str, Any], seed: int, precision: str, folder: Path
+) -> ActorQConfig:
+    """Return the :class:`~rlq.actorq.ActorQConfig` of one run: ``base`` with the regime's overrides, seed and precision."""
+    overrides = {k: v for k, v in regime.items() if k not in META_KEYS}
     for key in ("hidden_sizes", "critic_hidden_sizes"):
-        if fields.get(key) is not None:
-            fields[key] = tuple(fields[key])
-    return ActorQConfig(**fields, seed=int(seed), actor_precision=precision, checkpoint_dir=str(folder))
+        if overrides.get(key) is not None:
+            overrides[key] = tuple(overrides[key])
+    return dataclasses.replace(
+        base, **overrides, seed=int(seed), actor_precision=precision, checkpoint_dir=str(folder)
+    )
 
 
 def train_regimes(
@@ -49,13 +50,14 @@ def train_regimes(
     precisions: Sequence[str],
     *,
     out: str | Path,
-    base: Mapping[str, Any],
+    base: ActorQConfig,
     progress: Progress = None,
     workers: int = 1,
     folder: str = "regimes",
 ) -> RegimeResults:
     """Return one ActorQ run per regime, seed and actor precision, each resumable from ``out/checkpoints/<folder>``.
 
+    Every run is the caller's ``base`` configuration with a regime's overrides, a seed and a precision.
     Every configuration is built and validated before the first run starts, so a bad regime fails at once.
     Runs of a regime go seed by seed, fp32 then the others back to back, so that a slow drift of the machine
     touches both sides of a ratio alike. With ``workers`` > 1 (local backend only) that many runs train side
@@ -76,7 +78,9 @@ def train_regimes(
     uses_ray = any(config.backend == "ray" for *_, config in plan)
     if workers > 1:
         if uses_ray:
-            raise ValueError(f"workers={workers}: runs side by side need the local backend (Ray runs share one instance)")
+            raise ValueError(
+                f"workers={workers}: runs side by side need the local backend (Ray runs share one instance)"
+            )
         labels = [f"{name} seed {seed} {p}" for name, seed, p, _ in plan]
         run_jobs(train_one, [{"config": config} for *_, config in plan], workers=workers, labels=labels)
     results: RegimeResults = {}
