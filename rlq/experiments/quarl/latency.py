@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ def network_spaces(algorithm: str, obs_shape: Sequence[int], n_actions: int) -> 
 
 
 def benchmark_networks(
-    networks: Sequence[Sequence[Any]],
+    policies: Mapping[str, Any],
     *,
     batch_sizes: Sequence[int],
     repeats: int,
@@ -36,20 +36,19 @@ def benchmark_networks(
     seed: int,
     progress: Progress = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Return the latency of every network's action path per backend and batch size, and its size per precision.
+    """Return the latency of every policy's action path per backend and batch size, and its size per precision.
 
-    ``networks`` holds ``[label, algorithm, observation shape, actions, hidden layers]`` entries; each policy is
-    built from its spaces with random weights (:func:`rlq.sb3.quantized.make_policy`) and measured in
-    interleaved rounds (:func:`rlq.sb3.quantized.benchmark_action_network`). The latency table gains
-    ``speedup_vs_torch_fp32``, measured side by side.
+    ``policies`` maps a label to an SB3 policy the caller built (e.g. :func:`rlq.sb3.quantized.make_policy`);
+    each is measured in interleaved rounds over its backends (fp32 and int8 PyTorch and ONNX Runtime,
+    :func:`rlq.sb3.quantized.benchmark_action_network`). The latency table gains ``speedup_vs_torch_fp32``,
+    measured side by side.
     """
-    from rlq.sb3.quantized import benchmark_action_network, make_policy, policy_sizes
+    from rlq.sb3.quantized import benchmark_action_network, policy_sizes
 
+    if not policies:
+        raise ValueError("policies is empty: give at least one labelled policy")
     latency_tables, size_tables = [], []
-    for label, algorithm, obs_shape, n_actions, hidden in networks:
-        obs_space, action_space, kind = network_spaces(algorithm, obs_shape, n_actions)
-        kwargs = {"net_arch": hidden} if kind == "MlpPolicy" else {}
-        policy = make_policy(algorithm, obs_space, action_space, kind, seed=seed, **kwargs)
+    for label, policy in policies.items():
         table = benchmark_action_network(
             policy, batch_sizes=batch_sizes, repeats=repeats, rounds=rounds, threads=threads, seed=seed
         )
