@@ -31,6 +31,7 @@ from rlq.experiments.combo import (
 )
 from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network
+from rlq.sb3.compression import CompressionCallback
 from rlq.sb3.gst_callback import GSTCallback
 from rlq.sb3.pruning_callback import GradualPruningCallback
 from rlq.sb3.qat_callback import QATCallback
@@ -207,36 +208,65 @@ def test_summary_and_best_method_within_dense_interval():
     assert best["method"] == "gst_qat" and best["compression_factor"] == pytest.approx(32 / 1.2)
 
 
+def recipes(steps: int = 240, qat_bits: int = 4) -> dict:
+    """One task's trainings as a notebook builds them: each training's callbacks for a budget of ``steps``."""
+    settings = dict(block_schedule=[(0.0, 4)], bc_end=0.5, s_shift=0.5, prune_every=10, sparsity=ALWAYS_HOLDS)
+    return {
+        "dense": [CompressionCallback()],
+        "pruning": [GradualPruningCallback(final_sparsity=0.5)],
+        "gst": [GSTCallback(**settings)],
+        "gst_qat": [GSTCallback(**settings), QATCallback(qat_bits, delay_steps=steps // 2)],
+        "pruning_qat": [
+            GradualPruningCallback(final_sparsity=0.5),
+            QATCallback(qat_bits, delay_steps=steps // 2),
+        ],
+    }
+
+
 def test_five_trainings_give_the_seven_methods(tmp_path):
     assert trainings_for(METHODS) == ["dense", "pruning", "gst", "gst_qat", "pruning_qat"]
     assert trainings_for(["gst_ptq_int8", "dense"]) == ["dense", "gst"]
-    jobs = combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=METHODS, seeds=[0, 1], total_timesteps=100,
-                      hyperparams={}, gst={}, pruning={})  # fmt: skip
-    assert len(jobs) == 10 and jobs[0]["qat_delay_steps"] == 50
-    assert len({job["run_dir"] for job in jobs}) == 10
+    built = recipes()
+    jobs = combo_jobs(tmp_path, {"Pendulum-v1": built}, hyperparams={"Pendulum-v1": {}}, methods=METHODS,
+                      seeds=[0, 1], env_timesteps={"Pendulum-v1": 100})  # fmt: skip
+    assert len(jobs) == 10 and len({job["run_dir"] for job in jobs}) == 10
+    gst_qat = [job for job in jobs if job["training"] == "gst_qat"]
+    assert [type(c).__name__ for c in gst_qat[0]["callbacks"]] == ["GSTCallback", "QATCallback"]
+    # every job its own fresh copy: no two share a callback, and none is the one the caller built
+    every = [id(c) for job in jobs for c in job["callbacks"]]
+    assert len(set(every)) == len(every) and not {id(c) for cs in built.values() for c in cs} & set(every)
     with pytest.raises(ValueError, match="unknown method"):
         trainings_for(["qat"])
+    with pytest.raises(ValueError, match="missing \\['pruning_qat'\\]"):
+        combo_jobs(tmp_path, {"Pendulum-v1": {k: v for k, v in built.items() if k != "pruning_qat"}},
+                   hyperparams={"Pendulum-v1": {}}, methods=METHODS, seeds=[0], env_timesteps={"Pendulum-v1": 100})  # fmt: skip
 
 
-def test_a_task_with_its_own_budget_gets_that_budget_s_arguments(tmp_path):
-    """env_timesteps: the task's jobs train for its budget, with its env_args and a delay scaled to it."""
+def test_each_task_gets_its_budget_callbacks_and_hyperparameters(tmp_path):
+    """Two tasks with their own budgets: each task's jobs train for it, with that task's callbacks and arguments."""
     steps = {"Pendulum-v1": 100, "InvertedPendulum-v5": 40}
-    env_args = {env_id: {"hyperparams": {"buffer_size": n, "task": env_id}, "gst": {"steps": n}, "pruning": {}}
-                for env_id, n in steps.items()}  # fmt: skip
-    jobs = combo_jobs(tmp_path, env_ids=["Pendulum-v1", "InvertedPendulum-v5"], methods=["dense", "gst"], seeds=[0],
-                      total_timesteps=100, env_timesteps={"InvertedPendulum-v5": 40}, env_args=env_args)  # fmt: skip
-    budgets = {(j["env_id"], j["training"]): (j["total_timesteps"], j["hyperparams"]["buffer_size"],
-                                              j["qat_delay_steps"]) for j in jobs}  # fmt: skip
-    assert budgets == {("Pendulum-v1", "dense"): (100, 100, 50), ("Pendulum-v1", "gst"): (100, 100, 50),
-                       ("InvertedPendulum-v5", "dense"): (40, 40, 20), ("InvertedPendulum-v5", "gst"): (40, 40, 20)}  # fmt: skip
-    assert [j["gst"]["steps"] for j in jobs if j["training"] == "gst"] == [100, 40]
-    assert all(j["hyperparams"]["task"] == j["env_id"] for j in jobs)
-    with pytest.raises(ValueError, match="not in env_ids"):
-        combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
-                   env_timesteps={"Hopper-v5": 10}, env_args=env_args)  # fmt: skip
-    with pytest.raises(ValueError, match="needs env_args"):
-        combo_jobs(tmp_path, env_ids=["Pendulum-v1"], methods=["dense"], seeds=[0], total_timesteps=100,
-                   env_timesteps={"Pendulum-v1": 10})  # fmt: skip
+    jobs = combo_jobs(tmp_path, {env_id: recipes(n) for env_id, n in steps.items()},
+                      hyperparams={env_id: {"buffer_size": n, "task": env_id} for env_id, n in steps.items()},
+                      methods=["dense", "gst_qat"], seeds=[0], env_timesteps=steps)  # fmt: skip
+    budgets = {(j["env_id"], j["training"]): (j["total_timesteps"], j["hyperparams"]["buffer_size"])
+               for j in jobs}  # fmt: skip
+    assert budgets == {("Pendulum-v1", "dense"): (100, 100), ("Pendulum-v1", "gst_qat"): (100, 100),
+                       ("InvertedPendulum-v5", "dense"): (40, 40), ("InvertedPendulum-v5", "gst_qat"): (40, 40)}  # fmt: skip
+    assert [j["callbacks"][1].delay_steps for j in jobs if j["training"] == "gst_qat"] == [50, 20]
+    with pytest.raises(ValueError, match="InvertedPendulum-v5"):
+        combo_jobs(tmp_path, {"Pendulum-v1": recipes()}, hyperparams={"Pendulum-v1": {}}, methods=["dense"],
+                   seeds=[0], env_timesteps=steps)  # fmt: skip
+
+
+def test_a_training_refuses_callbacks_that_are_not_its_own(tmp_path):
+    built = recipes()
+    job = dict(env_id="Pendulum-v1", total_timesteps=240, seed=0, run_dir=tmp_path / "run", methods=METHODS,
+               hyperparams=HYPER)  # fmt: skip
+    for training, callbacks in [("gst_qat", built["gst"]), ("dense", built["gst"]), ("gst", built["gst_qat"]),
+                                ("pruning_qat", built["gst_qat"])]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"training '{training}' takes a"):
+            train_and_deploy(training, callbacks=callbacks, **job)
+    assert not (tmp_path / "run").exists()
 
 
 def test_zoo_settings_are_read_from_the_installed_rl_zoo3():
@@ -292,18 +322,21 @@ def test_interrupted_seed_resumes_from_its_checkpoint(tmp_path):
     """GST and QAT in one learn, killed at step 200; the job called again continues from step 160."""
     job = dict(
         training="gst_qat", env_id="Pendulum-v1", total_timesteps=240, seed=0, run_dir=tmp_path / "run",
-        methods=METHODS, hyperparams=HYPER, pruning={"final_sparsity": 0.5},
-        gst={"block_schedule": [(0.0, 4)], "bc_end": 0.5, "s_shift": 0.5, "prune_every": 10,
-             "sparsity": ALWAYS_HOLDS},
-        qat_bits=4, qat_delay_steps=120, eval_episodes=1, latency_repeats=5, latency_rounds=1, checkpoint_every=80,
+        methods=METHODS, hyperparams=HYPER, eval_episodes=1, latency_repeats=5, latency_rounds=1, checkpoint_every=80,
     )  # fmt: skip
+    settings = dict(block_schedule=[(0.0, 4)], bc_end=0.5, s_shift=0.5, prune_every=10, sparsity=ALWAYS_HOLDS)
     with pytest.raises(KeyboardInterrupt):
-        train_and_deploy(**job, callbacks=[interrupt_at(200)])
-    result = train_and_deploy(**job)
+        train_and_deploy(**job, callbacks=[GSTCallback(**settings), QATCallback(4, delay_steps=120)],
+                         extra_callbacks=[interrupt_at(200)])  # fmt: skip
+    result = train_and_deploy(**job, callbacks=[GSTCallback(**settings), QATCallback(4, delay_steps=120)])
     assert result["training"]["resumed_from"] == 160
     assert result["training"]["timesteps"] == 240
     (row,) = result["rows"]
     assert row["method"] == "gst_qat" and row["bits_per_weight"] < 8
     assert math.isfinite(row["eval_return"]) and row["latency_ratio"] > 0
     with pytest.raises(ValueError, match="other settings"):
-        train_and_deploy(**{**job, "qat_bits": 3})
+        train_and_deploy(**job, callbacks=[GSTCallback(**settings), QATCallback(3, delay_steps=120)])
+    with pytest.raises(ValueError, match="other settings"):
+        train_and_deploy(
+            **job, callbacks=[GSTCallback(**{**settings, "bc_end": 0.6}), QATCallback(4, delay_steps=120)]
+        )

@@ -1,9 +1,9 @@
 """``combo_sparse_quant`` runs: one TD3 training per task, training kind and seed, then its methods deployed.
 
 Each job trains (or resumes) one agent in its own folder ``out/runs/<env id>__<training>__<seed>`` with
-checkpoints (:func:`rlq.experiments.gst.train_compressed`; with QAT, :class:`rlq.sb3.qat_callback.QATCallback` in
-the same ``learn``), then deploys and measures the methods derived from it
-(:func:`rlq.experiments.combo.methods.deploy_and_measure`). :func:`train_all` runs the jobs through
+checkpoints (:func:`rlq.experiments.gst.train_compressed`) under the callbacks the notebook built (a
+compression callback, and with QAT a :class:`rlq.sb3.qat_callback.QATCallback` in the same ``learn``),
+then deploys and measures the methods derived from it (:func:`rlq.experiments.combo.methods.deploy_and_measure`). :func:`train_all` runs the jobs through
 :func:`rlq.rl.parallel.run_jobs` with a result store in ``out/jobs/``: a resumed notebook loads finished
 jobs and continues an interrupted one from its newest checkpoint. A run folder remembers the settings it
 was trained with (``combo_job.json``); a job given other settings refuses to resume it rather than mixing
@@ -12,10 +12,11 @@ two configurations.
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
@@ -23,6 +24,9 @@ import torch
 from rlq.core.jsonio import json_safe, read_json, write_json
 from rlq.core.validation import check_positive_int
 from rlq.experiments.combo.methods import DERIVED, TRAININGS, check_methods, deploy_and_measure, trainings_for
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.callbacks import BaseCallback
 
 JOB_CONFIG = "combo_job.json"
 """The settings a run folder was trained with; a job with other settings refuses to resume it."""
@@ -54,57 +58,47 @@ def train_and_deploy(
     run_dir: str | Path,
     methods: Sequence[str],
     hyperparams: dict[str, Any],
-    gst: dict[str, Any],
-    pruning: dict[str, Any],
-    qat_bits: int = 4,
-    qat_delay_steps: int = 0,
-    qat_networks: str = "all",
+    callbacks: Sequence[BaseCallback],
     eval_episodes: int = 5,
     latency_repeats: int = 200,
     latency_rounds: int = 5,
     checkpoint_every: int = 0,
-    reward_window: int = 10,
-    log_every: int = 1000,
     torch_threads: int | None = None,
     keys: dict[str, Any] | None = None,
-    callbacks: list[Any] | None = None,
+    extra_callbacks: list[Any] | None = None,
 ) -> dict[str, Any]:
     """Return one job's result: ``rows`` (one per derived method, :func:`deploy_and_measure`'s columns plus keys) and ``training``.
 
     ``training`` is a key of :data:`TRAININGS`; only the ``methods`` it derives (:data:`DERIVED`) are deployed.
-    ``qat_networks`` is :class:`rlq.sb3.qat_callback.QATCallback`'s ``networks`` (every network, or the action path
-    only). ``callbacks`` run after the compression and QAT callbacks (tests interrupt training with one). Picklable,
+    ``callbacks`` are the training's own, built by the caller: its compression callback
+    (:class:`~rlq.sb3.compression.CompressionCallback` for dense, :class:`~rlq.sb3.GradualPruningCallback`,
+    :class:`~rlq.sb3.GSTCallback`), then, for a QAT training, its :class:`~rlq.sb3.qat_callback.QATCallback`,
+    all in one ``learn``. ``extra_callbacks`` run after them (tests interrupt training with one). Picklable,
     for worker processes; ``torch_threads`` sets this process's thread count.
     """
     from rlq.experiments.gst import train_compressed
-    from rlq.sb3.qat_callback import QATCallback
+    from rlq.sb3.settings import callback_settings
 
     if training not in TRAININGS:
         raise ValueError(f"unknown training {training!r}; choose from {', '.join(TRAININGS)}")
     if torch_threads is not None:
         torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
-    compression, with_qat = TRAININGS[training]
+    compression, qat = _training_callbacks(training, callbacks)
     derived = [m for m in check_methods(methods) if m in DERIVED[training]]
     config = dict(training=training, env_id=env_id, total_timesteps=total_timesteps, seed=seed,
-                  hyperparams=hyperparams, gst=gst if compression == "gst" else None,
-                  pruning=pruning if compression == "pruning" else None,
-                  qat_bits=qat_bits if with_qat else None, qat_delay_steps=qat_delay_steps if with_qat else None)  # fmt: skip
-    # recorded only when not the default: folders trained before the option existed still resume
-    if with_qat and qat_networks != "all":
-        config["qat_networks"] = qat_networks
+                  hyperparams=hyperparams, callbacks=[callback_settings(c) for c in callbacks])  # fmt: skip
     check_run_config(run_dir, config)
-    qat = [QATCallback(qat_bits, delay_steps=qat_delay_steps, networks=qat_networks)] if with_qat else []
     run = train_compressed(
-        compression, "TD3", env_id, total_timesteps, seed=seed, hyperparams=hyperparams, run_dir=run_dir,
-        checkpoint_every=checkpoint_every, gst=gst, pruning=pruning, reward_window=reward_window,
-        log_every=log_every, callbacks=[*qat, *(callbacks or [])],
+        TRAININGS[training][0], "TD3", env_id, total_timesteps, seed=seed, hyperparams=hyperparams, run_dir=run_dir,
+        checkpoint_every=checkpoint_every, callback=compression, callbacks=[*qat, *(extra_callbacks or [])],
     )  # fmt: skip
     rows = deploy_and_measure(
-        run.model, env_id, derived, seed=seed, folder=Path(run_dir) / "deployed", qat_bits=qat_bits,
-        eval_episodes=eval_episodes, latency_repeats=latency_repeats, latency_rounds=latency_rounds,
+        run.model, env_id, derived, seed=seed, folder=Path(run_dir) / "deployed",
+        qat_bits=qat[0].bits if qat else 4, eval_episodes=eval_episodes, latency_repeats=latency_repeats,
+        latency_rounds=latency_rounds,
     )  # fmt: skip
     keys = dict(keys or {"env_id": env_id, "training": training, "seed": seed})
-    returns = run.curve["episode_return"].tail(reward_window)
+    returns = run.curve["episode_return"].tail(compression.reward_window)
     training_row = {
         **keys,
         "timesteps": int(run.model.num_timesteps),
@@ -118,52 +112,74 @@ def train_and_deploy(
     return {"keys": keys, "rows": rows, "training": training_row}
 
 
+def _training_callbacks(training: str, callbacks: Sequence[BaseCallback]) -> tuple[Any, list[Any]]:
+    """Return a training's compression callback and its QAT callback (a list of one or none), checked against :data:`TRAININGS`."""
+    from rlq.sb3 import GradualPruningCallback, GSTCallback
+    from rlq.sb3.compression import CompressionCallback
+    from rlq.sb3.qat_callback import QATCallback
+
+    kind, with_qat = TRAININGS[training]
+    wanted = {"dense": CompressionCallback, "pruning": GradualPruningCallback, "gst": GSTCallback}[kind]
+    compression = [c for c in callbacks if isinstance(c, CompressionCallback)]
+    qat = [c for c in callbacks if isinstance(c, QATCallback)]
+    fits = (
+        len(compression) == 1
+        and (
+            type(compression[0]) is CompressionCallback
+            if kind == "dense"
+            else isinstance(compression[0], wanted)
+        )
+        and len(qat) == int(with_qat)
+        and len(callbacks) == 1 + len(qat)
+        and callbacks[0] is compression[0]
+    )
+    if not fits:
+        raise ValueError(
+            f"training {training!r} takes a {wanted.__name__}{' then a QATCallback' if with_qat else ''}, got "
+            f"{[type(c).__name__ for c in callbacks]}"
+        )
+    return compression[0], qat
+
+
 def combo_jobs(
     out: str | Path,
+    trainings: Mapping[str, Mapping[str, Sequence[BaseCallback]]],
     *,
-    env_ids: Sequence[str],
+    hyperparams: Mapping[str, dict[str, Any]],
     methods: Sequence[str],
     seeds: Sequence[int],
-    total_timesteps: int,
-    qat_delay_fraction: float = 0.5,
-    env_timesteps: dict[str, int] | None = None,
-    env_args: dict[str, dict[str, Any]] | None = None,
+    env_timesteps: Mapping[str, int],
     **job: Any,
 ) -> list[dict[str, Any]]:
     """Return one :func:`train_and_deploy` job per task, seed and needed training (in that nesting).
 
-    ``job`` holds the arguments every job shares (``hyperparams``, ``gst``, ``pruning``, ``qat_bits``,
-    ``eval_episodes``, ...). QAT switches on after ``qat_delay_fraction`` of the steps (QuaRL's recipe: half).
-    ``env_timesteps`` gives some tasks their own budget instead of ``total_timesteps``; ``env_args[env_id]``
-    holds the job arguments that depend on the task and its budget (``hyperparams`` with its replay buffer,
-    the ``gst`` and ``pruning`` schedules), overriding ``job``'s.
+    ``trainings[env_id][training]`` is the training's callbacks as the caller built them for that task's
+    budget ``env_timesteps[env_id]``, and ``hyperparams[env_id]`` its TD3 arguments; each job gets a fresh
+    copy of its callbacks. ``job`` holds the arguments every job shares (``eval_episodes``,
+    ``checkpoint_every``, ...).
     """
-    if not 0 <= qat_delay_fraction < 1:
-        raise ValueError(f"qat_delay_fraction must be in [0, 1), got {qat_delay_fraction}")
     methods = check_methods(methods)
-    env_timesteps = dict(env_timesteps or {})
-    strays = sorted(set(env_timesteps) - set(env_ids))
-    if strays:
-        raise ValueError(f"env_timesteps names tasks that are not in env_ids: {strays}")
-    env_args = dict(env_args or {})
-    unargued = sorted(set(env_timesteps) - set(env_args))
-    if unargued:
-        raise ValueError(
-            f"env_timesteps needs env_args for {unargued}: the schedules and the replay buffer depend on the budget"
-        )
+    needed = trainings_for(methods)
+    for env_id in env_timesteps:
+        missing = [t for t in needed if t not in trainings.get(env_id, {})]
+        if missing or env_id not in hyperparams:
+            raise ValueError(
+                f"{env_id}: the methods {methods} need trainings {needed} and hyperparams; "
+                f"missing {missing or 'hyperparams'}"
+            )
     jobs = []
-    for env_id in env_ids:
-        steps = check_positive_int(f"env_timesteps[{env_id!r}]", env_timesteps.get(env_id, total_timesteps))
-        per_env = job | env_args.get(env_id, {})
+    for env_id, steps in env_timesteps.items():
+        steps = check_positive_int(f"env_timesteps[{env_id!r}]", steps)
         for seed in seeds:
-            for training in trainings_for(methods):
+            for training in needed:
                 # the derived methods are part of the key: a stored result never stands in for other methods
                 derived = ",".join(m for m in methods if m in DERIVED[training])
                 keys = {"env_id": env_id, "training": training, "seed": seed, "methods": derived}
                 jobs.append(dict(
                     training=training, env_id=env_id, total_timesteps=steps, seed=seed, keys=keys,
                     run_dir=job_folder(out, env_id, training, seed), methods=methods,
-                    qat_delay_steps=int(qat_delay_fraction * steps), **per_env,
+                    hyperparams=copy.deepcopy(hyperparams[env_id]),
+                    callbacks=copy.deepcopy(list(trainings[env_id][training])), **job,
                 ))  # fmt: skip
     return jobs
 
