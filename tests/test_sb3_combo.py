@@ -247,8 +247,11 @@ def test_trained_sparse_low_bit_actor_exports_packed_and_to_onnx(tmp_path):
     # batch 1, as an actor acts: ONNX Runtime's dynamic int8 quantizes activations over each batch's range
     a_onnx = torch.cat([torch.as_tensor(np.asarray(onnx(o[None]))) for o in obs])
     error = ((a_onnx - a_torch).abs() * half_range).max()
-    # within 0.5% of the action range (0.02 of Pendulum's 4): a few 8-bit activation steps over three layers
-    bound = 0.005 * float(2 * half_range.max())
+    # within 0.5% of the action range (0.02 of Pendulum's 4): a few 8-bit activation steps over three layers;
+    # on x86 without VNNI the export stores 7-bit weights (reduce_range), whose steps are twice as coarse: 1%
+    from rlq.core.cpu import int8_needs_reduced_range
+
+    bound = (0.01 if int8_needs_reduced_range() else 0.005) * float(2 * half_range.max())
     assert float(error) <= bound, f"int8 ONNX differs by {float(error):.4f} action units (bound {bound:.3f})"
 
 
