@@ -13,7 +13,6 @@ from rlq.experiments.gst import (
     compression_settings,
     controller_decisions,
     figures,
-    method_jobs,
     sweep_numbers,
     sweep_table,
 )
@@ -90,30 +89,6 @@ def test_compression_settings_leave_out_what_a_sweep_sets_per_run_and_reject_a_w
     assert "s_shift" not in gst and "transition_method" not in gst
     with pytest.raises(ValueError, match="learning_starts"):
         compression_settings(100, learning_starts=100, **KNOBS)
-
-
-def test_method_jobs_give_every_task_seed_and_method_its_own_folder_and_keys(tmp_path):
-    settings = compression_settings(700, learning_starts=200, **KNOBS)
-    jobs = method_jobs(
-        tmp_path,
-        methods=["dense", "gst"],
-        seeds=[0, 1],
-        env_ids=["A-v1", "B-v1"],
-        label_env=True,
-        total_timesteps=700,
-        settings=settings,
-        algo="TD3",
-    )
-    assert len(jobs) == 8
-    assert jobs[0]["keys"] == {"env_id": "A-v1", "seed": 0, "method": "dense"}
-    assert jobs[0]["run_dir"] == tmp_path / "runs" / "A-v1__dense__0"
-    assert len({job["run_dir"] for job in jobs}) == 8
-    assert all(job["algo"] == "TD3" and job["log_every"] == 3 for job in jobs)
-    one_task = method_jobs(
-        tmp_path, methods=["gst"], seeds=[3], env_ids=["A-v1"], total_timesteps=700, settings=settings
-    )
-    assert one_task[0]["keys"] == {"seed": 3, "method": "gst"}
-    assert one_task[0]["run_dir"] == tmp_path / "runs" / "gst__3"
 
 
 def summary_of(rows):

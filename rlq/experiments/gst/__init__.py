@@ -4,8 +4,8 @@ In the order the notebooks call it:
 
 - :mod:`~rlq.experiments.gst.jobs`: :func:`compression_settings` derives GST's and the pruning baseline's
   callback settings from a notebook's parameters, by one rule for every notebook; :func:`td3_hyperparams`
-  makes TD3's arguments; :func:`method_jobs` lists one run per task, seed and method (notebooks that build
-  their callbacks in a cell use :func:`rlq.experiments.seed_runs.run_seeds` instead).
+  makes TD3's arguments (the notebooks build their callbacks in a cell and train them with
+  :func:`rlq.experiments.seed_runs.run_seeds`).
 - :mod:`~rlq.experiments.gst.training_runs`: :func:`train_and_evaluate_all` trains them (through
   :func:`train_and_evaluate` and :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
 - :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
@@ -31,12 +31,10 @@ from rlq.experiments.gst.classification import (
     with_seed_column,
 )
 from rlq.experiments.gst.jobs import (
-    LOG_POINTS,
     MAX_BUFFER_SIZE,
     PRUNING_END_FRACTION,
     PRUNING_START_FRACTION,
     compression_settings,
-    method_jobs,
     sweep_label,
     td3_hyperparams,
 )
@@ -66,7 +64,6 @@ from rlq.experiments.gst.training_runs import (
 )
 
 __all__ = [
-    "LOG_POINTS",
     "MAX_BUFFER_SIZE",
     "METHODS",
     "PRUNING_END_FRACTION",
@@ -85,7 +82,6 @@ __all__ = [
     "layers_of",
     "load_classification_data",
     "make_callback",
-    "method_jobs",
     "mean_over_seeds",
     "method_means",
     "phase_returns",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from rlq.core.validation import check_positive_int
@@ -16,8 +15,6 @@ RL setting, and what the GST paper's iterative-pruning baseline is taken to be; 
 MAX_BUFFER_SIZE = 1_000_000
 """TD3's replay buffer (TD3 paper: 1M); :func:`td3_hyperparams` never makes it larger than the run's steps."""
 
-LOG_POINTS = 200
-"""History rows a GST run logs between its schedule's events (``log_every`` is ``total_timesteps // LOG_POINTS``)."""
 
 EARLIER_GST = {
     "target": "stored",
@@ -161,52 +158,6 @@ def arm_settings(method: str, gst: dict[str, Any]) -> dict[str, Any]:
     if method == "gst_only_controller":  # the fixed controller backs off as plain GST does
         merged["sparsity"]["backoff"] = gst.get("sparsity", {}).get("backoff", 0.05)
     return merged
-
-
-def method_jobs(
-    out: str | Path,
-    *,
-    methods: Sequence[str],
-    seeds: Sequence[int],
-    env_ids: Sequence[str],
-    total_timesteps: int,
-    settings: dict[str, dict[str, Any]],
-    label_env: bool = False,
-    log_points: int = LOG_POINTS,
-    **job: Any,
-) -> list[dict[str, Any]]:
-    """Return one :func:`train_and_evaluate` job per task, seed and method (in that nesting), each in its own folder.
-
-    ``settings`` is :func:`compression_settings`'s result; ``job`` holds the arguments every run shares
-    (``algo``, ``n_envs``, ``hyperparams``, ``eval_episodes``, ...). A run's folder is
-    ``out/runs/<method>__<seed>``, with ``label_env`` ``out/runs/<env id>__<method>__<seed>`` and the env id
-    among the ``keys`` columns of its tables (else ``seed`` and ``method`` only).
-    """
-    jobs = []
-    for env_id in env_ids:
-        for seed in seeds:
-            for method in methods:
-                keys = (
-                    {"env_id": env_id, "seed": seed, "method": method}
-                    if label_env
-                    else {"seed": seed, "method": method}
-                )
-                folder = f"{env_id}__{method}__{seed}" if label_env else f"{method}__{seed}"
-                jobs.append(
-                    dict(
-                        method=method,
-                        env_id=env_id,
-                        total_timesteps=total_timesteps,
-                        seed=seed,
-                        keys=keys,
-                        run_dir=Path(out) / "runs" / folder,
-                        gst=settings["gst"],
-                        pruning=settings["pruning"],
-                        log_every=max(1, total_timesteps // log_points),
-                        **job,
-                    )
-                )
-    return jobs
 
 
 def sweep_label(transition: str, s_shift: float) -> str:
