@@ -170,11 +170,26 @@ def _qat(run: Committed) -> Figures:
 
 
 def _actorq(run: Committed) -> Figures:
-    """ActorQ: int8 over fp32 actors per replay-rate regime, then the cost model at the paper's setting."""
+    """ActorQ: int8 over fp32 per replay-rate regime, the cost model at the paper's setting, the learning curves."""
     from rlq.experiments.quarl.figures import regime_figure, speedup_curve_figure
 
     regimes = regime_figure(run.table("regime_comparison"), run.table("regime_estimates"))
-    return [("regimes", regimes), ("paper_setting", speedup_curve_figure(run.table("paper_curve")))]
+    figures = [("regimes", regimes), ("paper_setting", speedup_curve_figure(run.table("paper_curve")))]
+    if run.has("convergence_curve") and run.has(
+        "convergence_runs"
+    ):  # the convergence section's learning curves
+        from rlq.experiments.quarl.convergence import return_at
+        from rlq.experiments.quarl.figures import convergence_figure
+
+        curve = run.table("convergence_curve")
+        thresholds = run.table("convergence_runs").groupby("task")["threshold"].first().to_dict()
+        figure = convergence_figure(
+            return_at(curve, "env_steps", points=10), return_at(curve, "wall_time_s", points=10), thresholds
+        )
+        figures.append(
+            ("convergence", figure.update_layout(title=f"{run.label}: {figure.layout.title.text}"))
+        )
+    return figures
 
 
 def _combo(run: Committed) -> Figures:
