@@ -330,3 +330,14 @@ def test_a_damaged_results_file_is_listed_unreadable_and_the_report_goes_on(tmp_
         .iloc[0]
     )
     assert row.verdict == "holds" and good.name in str(row.run)
+
+
+def test_a_setting_note_is_cut_at_its_first_colon_outside_parentheses():
+    from rlq.faces.report import _short
+
+    assert _short("a; b", "measured in the actor_bound regime: a long description")[1] == (
+        "measured in the actor_bound regime"
+    )
+    setting = "measured with a 256x256 policy, 1 update per env step (paper: 2048x3, 1/8, 4 actors)"
+    assert _short("a", setting) == ("a", setting)
+    assert _short("a", "x (paper: y): z")[1] == "x (paper: y)"

@@ -406,8 +406,18 @@ def markdown_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
 def _short(reason: Any, setting: Any) -> tuple[str, str]:
     """Return the first clause of a verdict's reason and of its setting note, for a table cell a reader scans."""
     first = str(reason).split("; ")[0] if isinstance(reason, str) else ""
-    note = str(setting).split(": ")[0] if isinstance(setting, str) else ""
+    note = _first_clause(setting) if isinstance(setting, str) else ""
     return first, note
+
+
+def _first_clause(text: str) -> str:
+    """Return ``text`` up to its first ": " outside parentheses (a parenthesis such as "(paper: ...)" stays whole)."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith(": ", i):
+            return text[:i]
+    return text
 
 
 def _project_root() -> Path | None:
