@@ -187,7 +187,7 @@ def _actorq(run: Committed) -> Figures:
             return_at(curve, "env_steps", points=10), return_at(curve, "wall_time_s", points=10), thresholds
         )
         figures.append(
-            ("convergence", figure.update_layout(title=f"{run.label}: {figure.layout.title.text}"))
+            ("convergence", figure.update_layout(title=f"{run.label}: IQM and 95% interval over seeds"))
         )
     return figures
 
@@ -299,7 +299,11 @@ def write_pngs(jobs: list[tuple[Path, go.Figure, int]], width: int = WIDTH) -> l
 def render_committed_figures(results_dir: str | Path | None = None) -> list[Path]:
     """Return the PNGs written: every committed run's :data:`FIGURES` as ``<its folder>/<name>.png``."""
     jobs = [
-        (run.folder / f"{name}.png", figure, HEIGHT)
+        (
+            run.folder / f"{name}.png",
+            figure,
+            max(HEIGHT, int(figure.layout.height or 0)),
+        )  # tall ones keep theirs
         for run in committed_runs(results_dir)
         for name, figure in _build(run)
     ]

@@ -413,7 +413,7 @@ def convergence_figure(
     titles = [
         f"{task}: {what}" for task in tasks for what in ("return at equal env steps", "at equal wall time")
     ]
-    fig = make_subplots(rows=len(tasks), cols=2, subplot_titles=titles, vertical_spacing=0.12)
+    fig = make_subplots(rows=len(tasks), cols=2, subplot_titles=titles, vertical_spacing=0.2)
     for row, task in enumerate(tasks, start=1):
         for col, (table, x) in enumerate(((by_steps, "env_steps"), (by_time, "wall_time_s")), start=1):
             for precision, g in table[table["task"] == task].groupby("precision", sort=False):
