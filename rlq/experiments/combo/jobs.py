@@ -3,8 +3,8 @@
 Each job trains (or resumes) one agent in its own folder ``out/runs/<env id>__<training>__<seed>`` with
 checkpoints (:func:`rlq.experiments.gst.train_compressed`) under the callbacks the notebook built (a
 compression callback, and with QAT a :class:`rlq.sb3.qat_callback.QATCallback` in the same ``learn``),
-then deploys and measures the methods derived from it (:func:`rlq.experiments.combo.methods.deploy_and_measure`). :func:`train_all` runs the jobs through
-:func:`rlq.rl.parallel.run_jobs` with a result store in ``out/jobs/``: a resumed notebook loads finished
+then deploys and measures the methods derived from it (:func:`rlq.experiments.combo.methods.deploy_and_measure`).
+:func:`train_all` runs the jobs through :func:`rlq.rl.parallel.run_jobs` with a result store in ``out/jobs/``: a resumed notebook loads finished
 jobs and continues an interrupted one from its newest checkpoint. A run folder remembers the settings it
 was trained with (``combo_job.json``); a job given other settings refuses to resume it rather than mixing
 two configurations.
