@@ -100,9 +100,22 @@ class Experiment:
     def resolve(
         self, preset: str | None = None, overrides: list[tuple[str, str]] | None = None
     ) -> dict[str, Any]:
-        """Return the full parameter dict: defaults, then the preset, then ``-p KEY VALUE`` overrides."""
+        """Return the full parameter dict: defaults, then the preset, then ``-p KEY VALUE`` overrides.
+
+        A notebook with a ``preset`` parameter runs its default preset when none is named, and
+        ``-p preset NAME`` means ``--preset NAME``.
+        """
         values = {name: p.default for name, p in self.parameters.items()}
         sources = {name: "its default" for name in values}
+        if "preset" in self.parameters:
+            named = [text.strip().strip("\"'") for key, text in overrides or [] if key == "preset"]
+            if named and preset is not None and named[0] != preset:
+                raise ExperimentError(f"--preset {preset} and -p preset {named[0]} disagree")
+            preset = (
+                named[0] if named else preset if preset is not None else self.parameters["preset"].default
+            )
+            overrides = [(key, text) for key, text in overrides or [] if key != "preset"]
+            values["preset"] = preset
         if preset is not None:
             if preset not in self.presets:
                 raise ExperimentError(
@@ -269,6 +282,13 @@ def load_experiment(path: str | Path) -> Experiment:
                 if key not in parameters:
                     raise ExperimentError(f"{where}: preset {preset!r} sets unknown parameter {key!r}")
                 _check_type(parameters[key], value, f"{where}, preset {preset!r}")
+    if "preset" in parameters:
+        choices = parameters["preset"].constraint.choices
+        if set(choices or ()) != set(presets) or "preset" in {k for v in presets.values() for k in v}:
+            raise ExperimentError(
+                f"{path.name}: the preset parameter's choices must be the PRESETS names ({', '.join(presets)}), "
+                "and no preset may set preset"
+            )
     requires = nb.get("metadata", {}).get("rlq", {}).get("requires", {})
     if not isinstance(requires, dict) or not all(isinstance(v, str) for v in requires.values()):
         raise ExperimentError(f"{path}: metadata.rlq.requires must map module names to install hints")

@@ -167,7 +167,7 @@ def run_experiment(
     experiment.check_requirements()
     path = create_run_dir(out, experiment.name)
     with run_folder_lock(path):
-        return execute(experiment, params, path, preset=preset, **kwargs)
+        return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
 
 
 def check_out_dir(out: str | Path) -> Path:
