@@ -193,6 +193,25 @@ def test_experiment_conventions():
         )
 
 
+#: parameters that change how a run runs (and what it shows), never its result: they go under "# How it runs"
+PLUMBING = {"checkpoint_every", "torch_threads", "workers", "executor", "ray_address", "show_committed"}
+#: what else may stand there: where a run computes, and (gst_td3_mujoco) a window that only its history records
+ALSO_PLUMBING = {"device", "backend", "actor_backend", "learner_device", "reward_window"}
+
+
+def test_parameters_cells_put_the_plumbing_under_how_it_runs():
+    for exp in list_experiments():
+        source = "".join(json.loads(exp.path.read_text())["cells"][1]["source"])
+        assert "\n# How it runs" in source, f"{exp.name}: its parameters cell needs a '# How it runs' line"
+        science, plumbing = source.split("\n# How it runs", 1)
+        misplaced = sorted(
+            name for name in PLUMBING if f"\n{name} = " in science or science.startswith(f"{name} = ")
+        )
+        assert not misplaced, f"{exp.name}: {misplaced} belong under '# How it runs'"
+        others = [line.split(" = ")[0] for line in plumbing.splitlines()[1:]]
+        assert set(others) <= PLUMBING | ALSO_PLUMBING, f"{exp.name}: {others} under '# How it runs'"
+
+
 def test_every_notebook_declares_its_headline_keys():
     missing, stale = sorted(set(NAMES) - set(HEADLINE_KEYS)), sorted(set(HEADLINE_KEYS) - set(NAMES))
     assert not missing and not stale, (
