@@ -79,6 +79,8 @@ def test_rlq_run_resolution_of_the_preset_parameter(tmp_path):
     assert exp.resolve(None, [("preset", "paper")]) == {"preset": "paper", "x": 3, "scale": 2.0}
     with pytest.raises(ExperimentError, match="--preset quick and -p preset paper disagree"):
         exp.resolve("quick", [("preset", "paper")])
+    with pytest.raises(ExperimentError, match="'preset' given more than once"):
+        exp.resolve(None, [("preset", "paper"), ("preset", "quick")])
 
 
 def test_a_preset_parameter_must_offer_exactly_the_presets(tmp_path):

@@ -107,8 +107,18 @@ class Experiment:
         """
         values = {name: p.default for name, p in self.parameters.items()}
         sources = {name: "its default" for name in values}
+        keys = [key for key, _ in overrides or []]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ExperimentError(
+                f"parameter(s) {', '.join(map(repr, repeated))} given more than once with -p"
+            )
         if "preset" in self.parameters:
-            named = [text.strip().strip("\"'") for key, text in overrides or [] if key == "preset"]
+            named = [
+                parse_value(text, self.parameters["preset"])
+                for key, text in overrides or []
+                if key == "preset"
+            ]
             if named and preset is not None and named[0] != preset:
                 raise ExperimentError(f"--preset {preset} and -p preset {named[0]} disagree")
             preset = (
@@ -123,12 +133,6 @@ class Experiment:
                 )
             values.update(self.presets[preset])
             sources.update({name: f"preset {preset!r}" for name in self.presets[preset]})
-        keys = [key for key, _ in overrides or []]
-        repeated = sorted({key for key in keys if keys.count(key) > 1})
-        if repeated:
-            raise ExperimentError(
-                f"parameter(s) {', '.join(map(repr, repeated))} given more than once with -p"
-            )
         for key, text in overrides or []:
             if key not in self.parameters:
                 raise ExperimentError(
