@@ -30,7 +30,17 @@ STALE_AFTER_SECONDS = 120.0
 """A running run whose runner sits on another host is taken as dead when its heartbeat is this old."""
 #: Keys of results.json owned by the runner; a notebook may not record them.
 RESERVED_KEYS = frozenset(
-    {"status", "error", "experiment", "preset", "run_seconds", "train_seconds", "started", "finished"}
+    {
+        "status",
+        "error",
+        "experiment",
+        "preset",
+        "run_seconds",
+        "train_seconds",
+        "started",
+        "finished",
+        "reused",
+    }
 )
 
 

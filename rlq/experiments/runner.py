@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV
 from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
+from rlq.experiments.reuse import plan_reuse, save_reuse
 from rlq.experiments.run_folders import (
     NOTEBOOK_FILE,
     PARAMS_FILE,
@@ -105,7 +106,7 @@ def execute(
     # an attempt starts from the earlier attempts' training time only: their numbers are archived under
     # attempts/<n>/, and a re-attempt that fails before recording must not show them as its own
     earlier = read_json(path / RESULTS_FILE)
-    results = {k: earlier[k] for k in ("train_seconds",) if k in earlier}
+    results = {k: earlier[k] for k in ("train_seconds", "reused") if k in earlier}
     results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
     write_json(path / RESULTS_FILE, results)
 
@@ -156,17 +157,23 @@ def run_experiment(
     preset: str | None = None,
     overrides: list[tuple[str, str]] | None = None,
     out: str | Path = "runs",
+    reuse: Sequence[str | Path] = (),
     **kwargs: Any,
 ) -> RunOutcome:
     """Return the outcome of running experiment ``name`` into a new run folder under ``out``.
 
-    Every input is validated before the folder is created or a kernel starts.
+    Every input is validated before the folder is created or a kernel starts. The finished runs of the
+    folders ``reuse`` are loaded instead of trained (:mod:`rlq.experiments.reuse`); results.json lists them
+    under ``reused``.
     """
     experiment = get_experiment(name)
     params = experiment.resolve(preset, overrides)
     experiment.check_requirements()
+    plan = plan_reuse(reuse, experiment.name, params) if reuse else []
     path = create_run_dir(out, experiment.name)
     with run_folder_lock(path):
+        if plan:
+            write_json(path / RESULTS_FILE, {"reused": save_reuse(plan, path)})
         return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
 
 

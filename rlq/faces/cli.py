@@ -64,9 +64,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.rerun and not args.resume:
         raise ExperimentError("--rerun goes with --resume RUN_DIR")
     if args.resume:
-        if args.name or args.preset or args.param:
+        if args.name or args.preset or args.param or args.reuse:
             raise ExperimentError(
-                "--resume takes the run folder's own parameters: give no NAME, --preset or -p"
+                "--resume takes the run folder's own parameters and runs: give no NAME, --preset, -p or --reuse"
             )
         outcome = resume_run(
             args.resume, rerun=args.rerun, progress=not args.quiet, log_output=args.log_output
@@ -75,8 +75,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not args.name:
             raise ExperimentError("rlq run needs an experiment NAME (see `rlq list`) or --resume RUN_DIR")
         experiment = get_experiment(args.name)  # every input is checked before anything is announced
-        experiment.resolve(args.preset, [tuple(p) for p in args.param])
+        params = experiment.resolve(args.preset, [tuple(p) for p in args.param])
         experiment.check_requirements()
+        if args.reuse:
+            from rlq.experiments.reuse import plan_reuse
+
+            plan_reuse(args.reuse, experiment.name, params)  # checked before anything is announced
         check_out_dir(args.out)
         print(f"rlq: running {args.name} (preset {args.preset or 'defaults'})", file=sys.stderr)
         outcome = run_experiment(
@@ -84,6 +88,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.preset,
             [tuple(p) for p in args.param],
             args.out,
+            reuse=args.reuse,
             progress=not args.quiet,
             log_output=args.log_output,
         )
@@ -182,18 +187,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of the ``rlq`` command."""
-    parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list experiments, their descriptions and presets").set_defaults(
-        func=_cmd_list
-    )
-
-    p = sub.add_parser("params", help="show an experiment's parameters, defaults, types and presets")
-    p.add_argument("name")
-    p.set_defaults(func=_cmd_params)
-
+def _add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run an experiment notebook into a new run folder")
     p.add_argument("name", nargs="?", help="experiment name (see `rlq list`)")
     p.add_argument(
@@ -219,9 +213,33 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --resume: run a finished run's notebook again over its checkpoints (nothing retrains)",
     )
+    p.add_argument(
+        "--reuse",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="load the finished runs of this run folder or published run instead of training them (e.g. to add "
+        "seeds to a run); its settings must be this run's",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")
     p.set_defaults(func=_cmd_run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``rlq`` command."""
+    parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list experiments, their descriptions and presets").set_defaults(
+        func=_cmd_list
+    )
+
+    p = sub.add_parser("params", help="show an experiment's parameters, defaults, types and presets")
+    p.add_argument("name")
+    p.set_defaults(func=_cmd_params)
+
+    _add_run(sub)
 
     add_sweep_parser(sub)
 

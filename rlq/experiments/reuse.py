@@ -1,0 +1,175 @@
+"""Reuse finished runs in a new run folder: add seeds to a run without training its earlier seeds again.
+
+``rlq run NAME --preset P -p seeds '[0, 1, 2, 3, 4]' --reuse FOLDER`` puts the finished training runs of
+``FOLDER`` into the new run folder's job store (``jobs/``) before the notebook starts; the notebook then loads
+them as it loads a resumed run's and trains only the others. ``FOLDER`` is a run folder (its saved job
+results are copied) or a published one under ``data/results/`` (each run is rebuilt from the published
+tables: ``summary``, ``history``, ``curve`` and ``events``, one row group per run). Only experiments whose
+jobs train through :func:`rlq.experiments.gst.train_and_evaluate_all` keep their runs this way.
+
+A source is refused unless it is a finished run of the same experiment whose parameters equal the new run's
+apart from which runs it holds (:data:`SELECTION_KEYS`) and how it ran (:data:`PLUMBING_KEYS`). Two sources
+holding the same run, or a run the folder already holds, are refused too: nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rlq.core.jsonio import read_json
+from rlq.experiments.results import normalize_method_names
+from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE, run_state
+from rlq.rl.parallel import JOBS_FOLDER, ResultStore
+
+SELECTION_KEYS = frozenset({"seeds", "method_seeds", "methods", "env_ids"})
+"""Parameters that choose which runs a folder holds, not how each run trains."""
+PLUMBING_KEYS = frozenset(
+    {"workers", "executor", "ray_address", "torch_threads", "checkpoint_every", "show_committed"}
+)
+"""Parameters of how the runs were executed and shown, which leave each run's training as it is."""
+TABLES = ("summary", "history", "curve", "events")
+"""The published tables a run is rebuilt from (``layers`` is not published: a rebuilt run has none)."""
+
+
+def check_source(source: str | Path, experiment: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Return ``source``'s results.json after checking it is a finished run of ``experiment`` run as ``params``."""
+    source = Path(source)
+    if not (source / RESULTS_FILE).is_file() or not (source / PARAMS_FILE).is_file():
+        raise ValueError(
+            f"--reuse {source}: not a run folder or published run (no {RESULTS_FILE} and {PARAMS_FILE})"
+        )
+    results = read_json(source / RESULTS_FILE)
+    if results.get("experiment") != experiment:
+        raise ValueError(
+            f"--reuse {source}: it is a run of {results.get('experiment')!r}, not of {experiment!r}"
+        )
+    if results.get("status") != "ok" or (
+        (source / JOBS_FOLDER).is_dir() and run_state(source, results) != "ok"
+    ):
+        raise ValueError(f"--reuse {source}: the run did not finish (status {results.get('status')!r})")
+    theirs = normalize_method_names(read_json(source / PARAMS_FILE))
+    free = SELECTION_KEYS | PLUMBING_KEYS | {"preset"}
+    differ = sorted(
+        k
+        for k in set(params) | set(theirs)
+        if k not in free and (k not in params or theirs.get(k, params[k]) != params[k])
+    )
+    if differ:
+        shown = ", ".join(f"{k} {theirs.get(k)!r} (this run: {params.get(k)!r})" for k in differ)
+        raise ValueError(f"--reuse {source}: its runs trained with other settings: {shown}")
+    return results
+
+
+def wanted(key: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Return True when the run named ``key`` is one the run with ``params`` trains (its task, method and seed)."""
+    method_seeds = params.get("method_seeds") or {}
+    checks = {
+        "env_id": params.get("env_ids"),
+        "method": params.get("methods"),
+        "seed": method_seeds.get(key.get("method"), params.get("seeds")),
+    }
+    return all(
+        key.get(name) in allowed for name, allowed in checks.items() if name in key and allowed is not None
+    )
+
+
+def saved_runs(source: Path) -> list[tuple[dict[str, Any], Any]]:
+    """Return the (key, result) of every job result saved in the run folder ``source``."""
+    runs = []
+    for path in sorted((source / JOBS_FOLDER).glob("*.pkl")):
+        with open(path, "rb") as f:
+            saved = pickle.load(f)
+        runs.append((saved["key"], saved["result"]))
+    return runs
+
+
+def _native(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def published_runs(source: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Return the (key, result) of every run in the published folder ``source``, rebuilt from its tables.
+
+    A run's key is its values of the columns every table but ``events`` shares (task, seed, method, and a
+    sweep's own labels), in the summary's column order, as the job that trained it named them.
+    """
+    missing = [name for name in TABLES if not (source / f"{name}.csv").is_file()]
+    if missing:
+        raise ValueError(
+            f"--reuse {source}: no {', '.join(m + '.csv' for m in missing)}; its runs cannot be rebuilt"
+        )
+    tables = {name: normalize_method_names(pd.read_csv(source / f"{name}.csv")) for name in TABLES}
+    summary = tables["summary"]
+    key_columns = [c for c in summary.columns if all(c in tables[t].columns for t in ("history", "curve"))]
+    if not {"env_id", "seed", "method"} <= set(key_columns):
+        raise ValueError(f"--reuse {source}: its tables do not name each run's env_id, seed and method")
+    runs = []
+    for row in summary.to_dict("records"):
+        key = {c: _native(row[c]) for c in key_columns}
+
+        def rows(table: pd.DataFrame, key: dict[str, Any] = key) -> pd.DataFrame:
+            if table.empty or not set(key) <= set(table.columns):
+                return table.iloc[0:0].reset_index(drop=True)
+            match = pd.Series(True, index=table.index)
+            for c, v in key.items():
+                match &= table[c] == v
+            return table[match].reset_index(drop=True)
+
+        result = {
+            "keys": dict(key),
+            "summary": {k: _native(v) for k, v in row.items()},
+            **{name: rows(tables[name]) for name in ("history", "curve", "events")},
+            "layers": pd.DataFrame(),
+        }
+        runs.append((key, result))
+    return runs
+
+
+Plan = list[tuple[Path, dict[str, Any], list[tuple[dict[str, Any], Any]]]]
+"""Each source with its results.json and the (key, result) of the runs taken from it."""
+
+
+def plan_reuse(sources: Sequence[str | Path], experiment: str, params: dict[str, Any]) -> Plan:
+    """Return the runs to take from each of ``sources`` for a run of ``experiment`` with ``params``, all checked."""
+    plan, taken = [], {}
+    for source in map(Path, sources):
+        results = check_source(source, experiment, params)
+        runs = saved_runs(source) if (source / JOBS_FOLDER).is_dir() else published_runs(source)
+        runs = [(key, result) for key, result in runs if wanted(key, params)]
+        if not runs:
+            raise ValueError(f"--reuse {source}: it holds none of this run's tasks, methods and seeds")
+        for key, _ in runs:
+            name = ResultStore(".").path(key).name
+            if name in taken:
+                raise ValueError(
+                    f"--reuse {source}: run {key} is also in {taken[name]}; reuse it from one folder"
+                )
+            taken[name] = str(source)
+        plan.append((source, results, runs))
+    return plan
+
+
+def save_reuse(plan: Plan, path: str | Path) -> list[dict[str, Any]]:
+    """Return what was reused from each source (its path, runs, keys, training seconds), after saving the runs
+    of ``plan`` in the run folder ``path``'s job store; a run the store already holds is refused."""
+    store = ResultStore(Path(path) / JOBS_FOLDER)
+    for _source, _, runs in plan:
+        for key, _ in runs:
+            if store.path(key).exists():
+                raise FileExistsError(
+                    f"{store.path(key)} already holds run {key}; it is not replaced by --reuse"
+                )
+    reused = []
+    for source, results, runs in plan:
+        for key, result in runs:
+            store.save(key, result)
+        reused.append({
+            "source": str(source), "runs": len(runs), "keys": [key for key, _ in runs],
+            "train_seconds": results.get("train_seconds", results.get("run_seconds")),
+        })  # fmt: skip
+    return reused

@@ -1,0 +1,98 @@
+"""Reusing finished runs in a new run folder (``rlq run --reuse``): rebuilt exactly, loaded not retrained, checked."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from rlq.core.jsonio import read_json, write_json
+from rlq.experiments.gst.training_runs import RUN_TABLES, _stack
+from rlq.experiments.results import committed_dir, publish
+from rlq.experiments.reuse import plan_reuse, published_runs
+from rlq.experiments.runner import run_experiment
+from rlq.faces.cli import main
+
+LONG = committed_dir("gst_td3_mujoco", "long")
+
+
+def test_published_runs_rebuild_every_table_of_the_published_run():
+    runs = published_runs(LONG)
+    summary = pd.read_csv(LONG / "summary.csv")
+    assert [key for key, _ in runs] == summary[["env_id", "seed", "method"]].to_dict("records")
+    for key, _ in runs:
+        assert type(key["seed"]) is int  # as the job names it, so the job store finds it
+    for name in RUN_TABLES:
+        published = pd.read_csv(LONG / f"{name}.csv")
+        if name == "summary":
+            rebuilt = pd.DataFrame([result["summary"] for _, result in runs])
+        else:
+            rebuilt = _stack([result[name] for _, result in runs])
+            assert sum(len(result[name]) for _, result in runs) == len(published)
+        pd.testing.assert_frame_equal(rebuilt[published.columns], published, check_dtype=False)
+
+
+def _params(**changes):
+    from rlq.experiments.registry import get_experiment
+
+    params = get_experiment("gst_td3_mujoco").resolve("long", [("seeds", "[0, 1, 2, 3, 4]")])
+    return {**params, **changes}
+
+
+def test_plan_reuse_takes_only_the_runs_this_run_trains():
+    ((source, _, runs),) = plan_reuse([LONG], "gst_td3_mujoco", _params(seeds=[1, 3], methods=["gst"]))
+    assert source == LONG
+    assert [key for key, _ in runs] == [{"env_id": "HalfCheetah-v5", "seed": 1, "method": "gst"}]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"total_timesteps": 1000}, "total_timesteps 150000 (this run: 1000)"),
+        ({"max_sparsity": 0.8}, "max_sparsity 0.9 (this run: 0.8)"),
+        ({"eval_episodes": 5}, "eval_episodes 10 (this run: 5)"),
+        ({"seeds": [7]}, "holds none of this run's"),
+    ],
+)
+def test_plan_reuse_refuses_runs_trained_otherwise(changes, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        plan_reuse([LONG], "gst_td3_mujoco", _params(**changes))
+
+
+def test_plan_reuse_refuses_another_experiment_an_unfinished_run_and_a_run_given_twice(tmp_path):
+    with pytest.raises(ValueError, match="not of 'gst_sweep'"):
+        plan_reuse([LONG], "gst_sweep", _params())
+    with pytest.raises(ValueError, match="also in"):
+        plan_reuse([LONG, LONG], "gst_td3_mujoco", _params())
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(LONG, unfinished)
+    write_json(unfinished / "results.json", {**read_json(LONG / "results.json"), "status": "failed"})
+    with pytest.raises(ValueError, match="did not finish"):
+        plan_reuse([unfinished], "gst_td3_mujoco", _params())
+    with pytest.raises(ValueError, match="not a run folder"):
+        plan_reuse([tmp_path], "gst_td3_mujoco", _params())
+
+
+def test_a_run_with_more_seeds_loads_the_reused_runs_instead_of_training_them(tmp_path):
+    small = [("methods", '["dense", "gst"]'), ("total_timesteps", "400")]
+    first = run_experiment("gst_td3_mujoco", "quick", small, tmp_path / "runs", progress=False)
+    assert first.ok, first.results.get("error")
+    published = publish(first.path, dest=tmp_path / "published")
+    assert main([
+        "run", "gst_td3_mujoco", "--preset", "quick", "-p", "methods", '["dense", "gst"]', "-p", "total_timesteps",
+        "500", "--reuse", str(published), "--out", str(tmp_path / "refused"), "--quiet",
+    ]) == 2  # fmt: skip
+    assert not (tmp_path / "refused").exists()  # refused before any folder was made
+    more = run_experiment(
+        "gst_td3_mujoco", "quick", [*small, ("seeds", "[0, 1]")], tmp_path / "runs", progress=False,
+        reuse=[published],
+    )  # fmt: skip
+    assert more.ok, more.results.get("error")
+    assert [entry["runs"] for entry in more.results["reused"]] == [2]
+    before, after = (pd.read_csv(path / "summary.csv") for path in (first.path, more.path))
+    assert sorted(after["seed"]) == [0, 0, 1, 1]
+    # the seed-0 rows are the first run's to the last digit of its wall time: loaded, not trained again
+    pd.testing.assert_frame_equal(after[after["seed"] == 0].reset_index(drop=True), before, check_dtype=False)
+    assert not (more.path / "runs" / "Pendulum-v1__gst__0").exists()
+    assert (more.path / "runs" / "Pendulum-v1__gst__1").exists()
