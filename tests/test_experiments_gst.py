@@ -228,7 +228,7 @@ def test_normalize_method_names_maps_every_legacy_name_in_params_and_leaves_toda
 
 def test_train_and_evaluate_evaluates_stochastically_when_asked(tmp_path):
     """eval_deterministic reaches the evaluation (it was once accepted and dropped: issue 14)."""
-    from rlq.experiments.gst import train_and_evaluate
+    from rlq.experiments.gst.training_runs import train_and_evaluate
 
     common = dict(
         seed=0,

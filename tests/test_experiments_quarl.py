@@ -9,10 +9,7 @@ import pytest
 
 from rlq.experiments.constraints import Constraint, ConstraintError, check_value
 from rlq.experiments.quarl import (
-    STATED_THRESHOLDS,
-    RunSpec,
     actor_breakdown,
-    actor_breakdown_shares,
     actorq_numbers,
     actorq_summary,
     figures,
@@ -27,12 +24,12 @@ from rlq.experiments.quarl import (
     qat_numbers,
     qat_summary,
     qat_vs_ptq_table,
-    seed_task_matrix,
     solved_threshold,
-    speedup,
-    task_name,
 )
-from rlq.experiments.quarl.ptq_sweep import Quantizer
+from rlq.experiments.quarl.actorq import actor_breakdown_shares, speedup, task_name
+from rlq.experiments.quarl.evaluation import STATED_THRESHOLDS
+from rlq.experiments.quarl.ptq_sweep import Quantizer, seed_task_matrix
+from rlq.experiments.quarl.run_specs import RunSpec
 from rlq.rl.zoo import zoo_hyperparams
 
 

@@ -13,10 +13,9 @@ from rlq.experiments.gst import (
     classification_tables,
     load_classification_data,
     mean_over_seeds,
-    seed_folder,
     train_classifiers,
-    with_seed_column,
 )
+from rlq.experiments.gst.classification import seed_folder, with_seed_column
 from rlq.vision import make_schedule
 
 SCHEDULE = dict(

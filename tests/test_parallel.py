@@ -221,7 +221,7 @@ def np_ones(n: int):
 def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
     import json
 
-    from rlq.experiments.gst import train_and_evaluate_all
+    from rlq.experiments.gst.training_runs import train_and_evaluate_all
     from rlq.rl.parallel import JobsFailed
 
     hyper = {"policy_kwargs": {"net_arch": [8]}, "n_steps": 16, "batch_size": 16, "n_epochs": 1}

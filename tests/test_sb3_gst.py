@@ -22,7 +22,8 @@ from rlq.compress.block_circulant import stored_target
 from rlq.compress.circulant import is_block_circulant_matrix
 from rlq.compress.masks import mask_of, stored_tensor
 from rlq.compress.optimizer_state import SECOND_MOMENT_KEYS
-from rlq.experiments.gst import train_and_evaluate_all, train_compressed
+from rlq.experiments.gst import train_compressed
+from rlq.experiments.gst.training_runs import train_and_evaluate_all
 from rlq.rl.agents import make_model
 from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
 from rlq.sb3.compression import HISTORY_COLUMNS, CompressionCallback

@@ -13,72 +13,23 @@ In the order the notebook calls it:
 - :mod:`~rlq.experiments.combo.figures`: the Pareto figures (``from rlq.experiments.combo import figures``).
 """
 
-from rlq.experiments.combo.jobs import (
-    JOB_CONFIG,
-    check_run_config,
-    combo_jobs,
-    job_folder,
-    measure_latencies,
-    train_all,
-    train_and_deploy,
-    zoo_td3_settings,
-)
-from rlq.experiments.combo.methods import (
-    DERIVED,
-    INT8_METHODS,
-    METHODS,
-    QAT_METHODS,
-    REFERENCE,
-    TRAININGS,
-    DeployedActor,
-    deploy_actor,
-    deploy_and_measure,
-    deployed_latency,
-    deployment,
-    measure_side_by_side,
-    method_label,
-    trainings_for,
-)
+from rlq.experiments.combo.jobs import combo_jobs, measure_latencies, train_all, zoo_td3_settings
 from rlq.experiments.combo.tables import (
-    DENSE_BITS,
-    best_within_dense,
     combo_estimates,
     combo_numbers,
     method_summary,
     paper_comparison,
-    pareto_front,
     with_fronts,
 )
 
 __all__ = [
-    "DENSE_BITS",
-    "DERIVED",
-    "INT8_METHODS",
-    "JOB_CONFIG",
-    "METHODS",
-    "QAT_METHODS",
-    "REFERENCE",
-    "TRAININGS",
-    "DeployedActor",
-    "best_within_dense",
-    "check_run_config",
     "combo_estimates",
     "combo_jobs",
     "combo_numbers",
-    "deploy_actor",
-    "deploy_and_measure",
-    "deployed_latency",
-    "deployment",
-    "job_folder",
     "measure_latencies",
-    "measure_side_by_side",
-    "method_label",
     "method_summary",
     "paper_comparison",
-    "pareto_front",
     "train_all",
-    "train_and_deploy",
-    "trainings_for",
     "with_fronts",
     "zoo_td3_settings",
 ]

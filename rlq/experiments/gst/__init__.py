@@ -26,20 +26,10 @@ from rlq.experiments.gst.classification import (
     layer_kinds,
     load_classification_data,
     mean_over_seeds,
-    seed_folder,
     train_classifiers,
-    with_seed_column,
 )
-from rlq.experiments.gst.jobs import (
-    MAX_BUFFER_SIZE,
-    PRUNING_END_FRACTION,
-    PRUNING_START_FRACTION,
-    compression_settings,
-    sweep_label,
-    td3_hyperparams,
-)
+from rlq.experiments.gst.jobs import compression_settings, sweep_label, td3_hyperparams
 from rlq.experiments.gst.tables import (
-    SUMMARY_MEANS,
     compare_methods,
     controller_decisions,
     gst_start_compression,
@@ -52,25 +42,9 @@ from rlq.experiments.gst.tables import (
     sweep_table,
     transition_shifts,
 )
-from rlq.experiments.gst.training_runs import (
-    METHODS,
-    RUN_TABLES,
-    CompressedRun,
-    make_callback,
-    run_line,
-    train_and_evaluate,
-    train_and_evaluate_all,
-    train_compressed,
-)
+from rlq.experiments.gst.training_runs import train_compressed
 
 __all__ = [
-    "MAX_BUFFER_SIZE",
-    "METHODS",
-    "PRUNING_END_FRACTION",
-    "PRUNING_START_FRACTION",
-    "RUN_TABLES",
-    "SUMMARY_MEANS",
-    "CompressedRun",
     "classification_estimates",
     "classification_numbers",
     "classification_tables",
@@ -81,22 +55,16 @@ __all__ = [
     "layer_kinds",
     "layers_of",
     "load_classification_data",
-    "make_callback",
     "mean_over_seeds",
     "method_means",
     "phase_returns",
-    "run_line",
     "score_column",
     "seed_estimates",
-    "seed_folder",
     "sweep_label",
     "sweep_numbers",
     "sweep_table",
     "td3_hyperparams",
-    "train_and_evaluate",
-    "train_and_evaluate_all",
     "train_classifiers",
     "train_compressed",
     "transition_shifts",
-    "with_seed_column",
 ]
