@@ -12,8 +12,7 @@
   evaluation), :func:`qat_agent` (one QAT agent), :func:`qat_seed` (both for one run and seed),
   :func:`qat_vs_ptq` (every run and seed, in parallel), :func:`qat_summary`, :func:`qat_vs_ptq_table`,
   :func:`qat_estimates`, :func:`qat_numbers`.
-- :mod:`~rlq.experiments.quarl.latency` (``quarl_latency``): :func:`benchmark_networks`, :func:`stored_sizes`,
-  :func:`latency_numbers`.
+- :mod:`~rlq.experiments.quarl.latency` (``quarl_latency``): :func:`network_spaces`, :func:`benchmark_networks`.
 - :mod:`~rlq.experiments.quarl.actorq` (``quarl_actorq``): :func:`train_actorq`, :func:`actorq_summary`,
   :func:`actor_breakdown`, :func:`learner_breakdown`, :func:`breakdown_table`, :func:`speedup`,
   :func:`actorq_numbers`.
@@ -38,14 +37,7 @@ from rlq.experiments.quarl.actorq import (
     train_actorq,
 )
 from rlq.experiments.quarl.evaluation import solved_threshold
-from rlq.experiments.quarl.latency import (
-    benchmark_networks,
-    latency_claim_lines,
-    latency_numbers,
-    network_spaces,
-    size_table,
-    stored_sizes,
-)
+from rlq.experiments.quarl.latency import benchmark_networks, network_spaces
 from rlq.experiments.quarl.ptq_sweep import (
     evaluate_ptq,
     noise_control_table,
@@ -83,8 +75,6 @@ __all__ = [
     "component_shares",
     "evaluate_ptq",
     "first_factor_reaching",
-    "latency_claim_lines",
-    "latency_numbers",
     "learner_breakdown",
     "network_spaces",
     "noise_control_table",
@@ -105,9 +95,7 @@ __all__ = [
     "regime_estimates",
     "regime_numbers",
     "regime_runs",
-    "size_table",
     "solved_threshold",
-    "stored_sizes",
     "train_actorq",
     "train_regimes",
 ]

@@ -322,7 +322,7 @@ def latency_figure(latency: pd.DataFrame, threads: int) -> go.Figure:
 
 
 def sizes_figure(stored: pd.DataFrame) -> go.Figure:
-    """Return each network's serialized weights per precision in KiB (log scale); ``stored`` is ``stored_sizes``'s table."""
+    """Return each network's serialized weights per precision in KiB (log scale); ``stored``: bytes by network (rows) and precision (columns)."""
     fig = go.Figure()
     for precision in stored.columns:
         fig.add_bar(x=stored.index, y=stored[precision] / 1024, name=precision)
