@@ -14,7 +14,7 @@
   :func:`qat_estimates`, :func:`qat_numbers`.
 - :mod:`~rlq.experiments.quarl.latency` (``quarl_latency``): :func:`network_spaces`, :func:`benchmark_networks`.
 - :mod:`~rlq.experiments.quarl.actorq` (``quarl_actorq``): :func:`train_actorq`, :func:`actorq_summary`,
-  :func:`actor_breakdown`, :func:`learner_breakdown`, :func:`breakdown_table`, :func:`speedup`,
+  :func:`actor_breakdown`, :func:`learner_breakdown`, :func:`speedup`,
   :func:`actorq_numbers`.
 - :mod:`~rlq.experiments.quarl.regimes` (``quarl_actorq``): :func:`train_regimes`, :func:`regime_runs`,
   :func:`regime_comparison` (measured speedup beside :func:`rlq.actorq.predict_speedup`'s), :func:`regime_estimates`,
@@ -27,13 +27,10 @@
 
 from rlq.experiments.quarl.actorq import (
     actor_breakdown,
-    actorq_curves,
     actorq_numbers,
     actorq_summary,
-    breakdown_table,
-    component_shares,
     learner_breakdown,
-    paper_breakdown,
+    task_name,
     train_actorq,
 )
 from rlq.experiments.quarl.evaluation import solved_threshold
@@ -67,18 +64,14 @@ from rlq.experiments.quarl.run_specs import parse_runs
 
 __all__ = [
     "actor_breakdown",
-    "actorq_curves",
     "actorq_numbers",
     "actorq_summary",
     "benchmark_networks",
-    "breakdown_table",
-    "component_shares",
     "evaluate_ptq",
     "first_factor_reaching",
     "learner_breakdown",
     "network_spaces",
     "noise_control_table",
-    "paper_breakdown",
     "paper_setting_curve",
     "parse_runs",
     "precision_intervals",
@@ -96,6 +89,7 @@ __all__ = [
     "regime_numbers",
     "regime_runs",
     "solved_threshold",
+    "task_name",
     "train_actorq",
     "train_regimes",
 ]

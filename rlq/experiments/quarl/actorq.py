@@ -73,13 +73,6 @@ def train_actorq(
     return results
 
 
-def actorq_curves(results: ActorQResults) -> pd.DataFrame:
-    """Return every run's evaluations over training, stacked, with ``task`` and ``precision`` columns."""
-    return pd.concat(
-        [r.history.assign(task=task_name(e), precision=p) for (e, p), r in results.items()], ignore_index=True
-    )
-
-
 def actor_breakdown(results: ActorQResults) -> pd.DataFrame:
     """Return the actors' seconds per 1000 steps in each of :data:`ACTOR_PARTS`, summed over tasks, per precision."""
     rows = []
@@ -118,33 +111,6 @@ def learner_breakdown(results: ActorQResults, backend: str) -> pd.DataFrame:
             for p in precisions
         ]
     return pd.DataFrame(rows)
-
-
-def breakdown_table(results: ActorQResults) -> pd.DataFrame:
-    """Return every run's seconds per component (every timer of :data:`rlq.actorq.BREAKDOWN_KEYS`), one row each."""
-    return pd.DataFrame(
-        [
-            dict(task=task_name(e), precision=p, component=k, seconds=v)
-            for (e, p), r in results.items()
-            for k, v in r.breakdown.items()
-        ]
-    )
-
-
-def component_shares(breakdown: pd.DataFrame) -> pd.DataFrame:
-    """Return each component's share of all seconds per precision, from :func:`breakdown_table` (summed over tasks)."""
-    seconds = breakdown.pivot_table(index="component", columns="precision", values="seconds", aggfunc="sum")
-    return seconds / seconds.sum()
-
-
-def paper_breakdown() -> pd.DataFrame:
-    """Return QuaRL's runtime breakdown (seconds, update period 30) with ``part`` and ``precision`` columns."""
-    from rlq.experiments.paper import paper_numbers
-
-    paper = paper_numbers("quarl", experiment="actorq_breakdown")
-    return paper.assign(
-        part=paper["metric"].str.split("_").str[0], precision=paper["metric"].str.split("_").str[-1]
-    )
 
 
 def actorq_summary(results: ActorQResults, return_threshold: float) -> pd.DataFrame:

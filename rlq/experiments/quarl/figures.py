@@ -206,7 +206,7 @@ def qat_curves_figure(
 def actorq_return_figure(curves: pd.DataFrame, return_threshold: float, title: str) -> go.Figure:
     """Return evaluation return against training wall-clock per actor precision, one panel per task, the threshold dotted.
 
-    ``curves`` is :func:`rlq.experiments.quarl.actorq_curves`'s table.
+    ``curves``: every run's evaluations (``wall_time_s``, ``eval_return``) with ``task`` and ``precision`` columns.
     """
     tasks = list(curves["task"].unique())
     fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks)
@@ -233,8 +233,8 @@ def actorq_return_figure(curves: pd.DataFrame, return_threshold: float, title: s
 def actorq_breakdown_figure(actors: pd.DataFrame, paper: pd.DataFrame, learner: pd.DataFrame) -> go.Figure:
     """Return stacked bars: our actors' seconds per 1000 steps, the paper's actor seconds, our learner process's seconds.
 
-    The three tables are :func:`rlq.experiments.quarl.actor_breakdown`, :func:`~rlq.experiments.quarl.paper_breakdown`
-    and :func:`~rlq.experiments.quarl.learner_breakdown`.
+    The three tables are :func:`rlq.experiments.quarl.actor_breakdown`, the paper's ``actorq_breakdown`` rows with
+    ``part`` and ``precision`` columns, and :func:`~rlq.experiments.quarl.learner_breakdown`.
     """
     fig = make_subplots(
         rows=1,
