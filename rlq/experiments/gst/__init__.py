@@ -9,10 +9,10 @@ In the order the notebooks call it:
 - :mod:`~rlq.experiments.gst.training_runs`: :func:`train_and_evaluate_all` trains them (through
   :func:`train_and_evaluate` and :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
 - :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
-  :func:`gst_start_compression`, :func:`layers_of`, :func:`sweep_table` and :func:`sweep_numbers` turn the
+  :func:`gst_start_compression`, :func:`sweep_table` and :func:`sweep_numbers` turn the
   tables into what the notebooks show and record.
 - :mod:`~rlq.experiments.gst.classification`: :func:`load_classification_data`, :func:`train_classifiers`
-  (per seed under ``seed_<s>/``), :func:`classification_tables`, :func:`mean_over_seeds`, :func:`layer_kinds`,
+  (per seed under ``seed_<s>/``), :func:`classification_tables`, :func:`mean_over_seeds`,
   :func:`classification_estimates` and :func:`classification_numbers`, the ResNet-32 comparison of
   ``gst_classification``.
 - :mod:`~rlq.experiments.gst.figures`: their Plotly figures (``from rlq.experiments.gst import figures``; not
@@ -23,7 +23,6 @@ from rlq.experiments.gst.classification import (
     classification_estimates,
     classification_numbers,
     classification_tables,
-    layer_kinds,
     load_classification_data,
     mean_over_seeds,
     train_classifiers,
@@ -33,7 +32,6 @@ from rlq.experiments.gst.tables import (
     compare_methods,
     controller_decisions,
     gst_start_compression,
-    layers_of,
     method_means,
     phase_returns,
     score_column,
@@ -52,8 +50,6 @@ __all__ = [
     "compression_settings",
     "controller_decisions",
     "gst_start_compression",
-    "layer_kinds",
-    "layers_of",
     "load_classification_data",
     "mean_over_seeds",
     "method_means",

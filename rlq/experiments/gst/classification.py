@@ -204,16 +204,6 @@ def mean_over_seeds(table: pd.DataFrame) -> pd.DataFrame:
     return table.groupby(keys, sort=False)[columns].mean().reset_index()
 
 
-def layer_kinds(model: torch.nn.Module) -> pd.DataFrame:
-    """Return a network's layers grouped by kind (dense, block-circulant, pruned): how many, stored and dense weights."""
-    from rlq.compress import layer_report
-
-    layers = pd.DataFrame(layer_report(model))
-    return layers.groupby("kind").agg(
-        layers=("name", "count"), stored=("stored", "sum"), dense=("dense", "sum")
-    )
-
-
 def classification_estimates(summary: pd.DataFrame, **options: Any) -> dict[str, dict[str, Any]]:
     """Return the claims' IQM estimates over seeds with 95% intervals, as ``rlq.record(estimates=...)`` takes.
 

@@ -107,11 +107,6 @@ def seed_estimates(
     return out
 
 
-def layers_of(results: Sequence[dict[str, Any]], method: str = "gst") -> pd.DataFrame | None:
-    """Return the layer table (kind, block size, stored and dense weights) of the first run of ``method``, or None."""
-    return next((r["layers"] for r in results if r["summary"]["method"] == method), None)
-
-
 def gst_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Return the rows of ``table`` of method ``gst``, or without any those of GST's variants (``gst_*``: an ablation's arms)."""
     methods = table["method"].astype(str)

@@ -311,23 +311,6 @@ def noise_control_table(ptq: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ptq_claim_lines(claims: pd.DataFrame, summary: pd.DataFrame, tolerance: float) -> list[str]:
-    """Return QuaRL's PTQ claims (``paper_numbers("quarl", experiment="ptq")``) and ours per run and seed, one line each."""
-    value = claims.set_index("metric")["value"]
-    lines = [
-        f"QuaRL: int8 loses {value['int8_reward_drop']:.0f}% of the reward; "
-        f"{value['enough_bits_min']:.0f}-{value['enough_bits_max']:.0f} bits are usually enough."
-    ]
-    for row in summary.itertuples():
-        state = "solved" if row.solved else "NOT solved (judged apart)"
-        lines.append(
-            f"ours, {row.run} seed {row.seed} ({state}, fp32 {row.fp32:.1f}): int8 kernels change the return by "
-            f"{row.int8_change_pct:+.1f}%, weights-only 8 bits by {row.int8_weights_only_change_pct:+.1f}%; "
-            f"{row.lowest_bits_within_tolerance} weights-only bits keep it within {tolerance:.0%} of fp32"
-        )
-    return lines
-
-
 # --------------------------------------------------------------------------------------------------------
 # Over seeds: interval estimates and headline numbers
 
