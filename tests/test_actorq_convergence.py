@@ -75,3 +75,20 @@ def test_return_at_equal_steps_interpolates_each_run():
     assert list(by_time[by_time["precision"] == "fp32"]["value"]) == [500.0, 800.0]
     with pytest.raises(ValueError, match="no fp32 run"):
         convergence.convergence_runs({("x", 0, "int8"): run([1, 2], 1.0)})
+
+
+def test_a_final_return_over_the_last_evaluations_is_not_decided_by_one_noisy_evaluation():
+    # the committed cartpole-balance seed 0 int8 run: above its initial 670 from the 9th evaluation on, then
+    # one evaluation (of 2 episodes) at 496
+    curve = [670, 181, 436, 460, 495, 359, 465, 686, 737, 943, 924, 948, 966, 977, 989, 496]
+    runs = {("balance", 0, "fp32"): run([670, 800, 1000], 10.0), ("balance", 0, "int8"): run(curve, 5.0)}
+    last = convergence.convergence_runs(runs).set_index("precision")
+    assert last.loc["int8", "final_return"] == 496 and not last.loc["int8", "beats_initial"]
+    three = convergence.convergence_runs(runs, final_evals=3).set_index("precision")
+    assert three.loc["int8", "final_return"] == pytest.approx((977 + 989 + 496) / 3)
+    assert three.loc["int8", "beats_initial"] and three.loc["int8", "last_return"] == 496
+    assert three.loc["fp32", "final_return"] == pytest.approx((670 + 800 + 1000) / 3)  # all it has
+    assert three.loc["int8", "threshold"] == pytest.approx(0.9 * (670 + 800 + 1000) / 3)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="final_evals"):
+            convergence.convergence_runs(runs, final_evals=bad)

@@ -4,8 +4,9 @@ The runs are :func:`rlq.experiments.quarl.regimes.train_regimes`' runs, one "reg
 ``env_id`` among the overrides), fp32 and int8 actors on every seed. From their evaluation histories:
 
 - :func:`convergence_curves`: every evaluation of every run (return against environment steps and wall time);
-- :func:`convergence_runs`: per run its initial and final return, and the wall time and environment steps at
-  which it first reached ``fraction`` (90%) of the fp32 runs' mean final return on that task;
+- :func:`convergence_runs`: per run its initial and final return (the mean of its last ``final_evals``
+  evaluations: one evaluation of a few episodes is noisy), and the wall time and environment steps at which it
+  first reached ``fraction`` (90%) of the fp32 runs' mean final return on that task;
 - :func:`return_at`: IQM and 95% interval over seeds of the return at equal environment steps (or wall time);
 - :func:`convergence_estimates` and :func:`convergence_numbers`: the estimates that ``rlq report`` judges,
   int8's change of final return against fp32 on the same seed, and the ratio of times to the threshold.
@@ -40,19 +41,29 @@ def _first_reaching(history: pd.DataFrame, threshold: float, column: str) -> flo
     return np.nan if found is None else found
 
 
-def convergence_runs(results: RegimeResults, fraction: float = 0.9) -> pd.DataFrame:
+def final_return(history: pd.DataFrame, final_evals: int = 1) -> float:
+    """Return the mean evaluation return of a run's last ``final_evals`` evaluations (all it has, if fewer)."""
+    return float(history["eval_return"].iloc[-final_evals:].mean())
+
+
+def convergence_runs(results: RegimeResults, fraction: float = 0.9, final_evals: int = 1) -> pd.DataFrame:
     """Return one row per run: initial and final return, the task's threshold and when the run first reached it.
 
-    The threshold of a task is ``fraction`` of the mean final return of its fp32 runs (every seed); a run that
-    never reached it has NaN time and steps. ``beats_initial``: the final return is above the return of the
-    run's own policy before its first update.
+    A run's final return is the mean of its last ``final_evals`` evaluations (:func:`final_return`), its
+    initial return its policy's before the first update. The threshold of a task is ``fraction`` of the mean
+    final return of its fp32 runs (every seed); a run that never reached it has NaN time and steps.
+    ``beats_initial``: the final return is above the initial one; ``last_return`` is the last evaluation alone.
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction={fraction!r}: the share of fp32's final return must be in (0, 1]")
+    if isinstance(final_evals, bool) or not isinstance(final_evals, int) or final_evals < 1:
+        raise ValueError(
+            f"final_evals={final_evals!r}: the evaluations averaged into a final return, an int >= 1"
+        )
     finals: dict[str, list[float]] = {}
     for (task, _, precision), r in results.items():
         if precision == "fp32":
-            finals.setdefault(task, []).append(float(r.history["eval_return"].iloc[-1]))
+            finals.setdefault(task, []).append(final_return(r.history, final_evals))
     missing = sorted({task for task, *_ in results} - set(finals))
     if missing:
         raise ValueError(f"no fp32 run of task(s) {missing}: the threshold is a share of fp32's final return")
@@ -60,11 +71,11 @@ def convergence_runs(results: RegimeResults, fraction: float = 0.9) -> pd.DataFr
     for (task, seed, precision), r in results.items():
         h = r.history
         threshold = fraction * float(np.mean(finals[task]))
-        initial, final = float(h["eval_return"].iloc[0]), float(h["eval_return"].iloc[-1])
+        initial, final = float(h["eval_return"].iloc[0]), final_return(h, final_evals)
         rows.append(
             dict(
                 task=task, seed=int(seed), precision=precision, initial_return=initial, final_return=final,
-                beats_initial=final > initial, threshold=threshold,
+                last_return=float(h["eval_return"].iloc[-1]), beats_initial=final > initial, threshold=threshold,
                 time_to_threshold_s=_first_reaching(h, threshold, "wall_time_s"),
                 steps_to_threshold=_first_reaching(h, threshold, "env_steps"),
                 env_steps=int(r.env_steps), wall_time_s=float(r.wall_time_s),
