@@ -351,3 +351,25 @@ def test_a_structural_change_resets_only_the_optimizer_state_it_made_stale(optim
     assert transition["6.bias"] and not any(
         transition[name] for name in ["0.weight", "0.bias", "2.bias", "6.weight"]
     )
+
+
+def test_a_block_size_that_alone_compresses_past_the_cap_is_refused():
+    # B = 4 stores a quarter of a layer (75% compression) before any pruning: above a 0.7 cap
+    with pytest.raises(
+        ValueError, match=r"block size 4 compresses a layer by 75.0%.*at most 3.*at least 0.75"
+    ):
+        GSTConfig(total_steps=100, block_schedule=((0.0, 4),), sparsity=RewardAwareConfig(max_sparsity=0.7))
+    with pytest.raises(ValueError, match="block size 4"):  # a later block size counts too
+        GSTConfig(total_steps=100, block_schedule=((0.0, 2), (0.2, 4)), transition_method="projection",
+                  sparsity=RewardAwareConfig(max_sparsity=0.7))  # fmt: skip
+    for block, cap in ((4, 0.75), (2, 0.7), (2, 0.5), (8, 0.9)):
+        GSTConfig(
+            total_steps=100, block_schedule=((0.0, block),), sparsity=RewardAwareConfig(max_sparsity=cap)
+        )
+    # the earlier rule prunes the stored values, so the cap never bounded compression there
+    GSTConfig(
+        total_steps=100,
+        block_schedule=((0.0, 4),),
+        sparsity=RewardAwareConfig(max_sparsity=0.7),
+        target="stored",
+    )

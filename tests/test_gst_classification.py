@@ -19,7 +19,7 @@ from rlq.experiments.gst.classification import seed_folder, with_seed_column
 from rlq.vision import make_schedule
 
 SCHEDULE = dict(
-    block_size=4, late_block_size=0, transition_at=0.25, bc_end=0.5, s_shift=1.0, max_sparsity=0.7,
+    block_size=2, late_block_size=0, transition_at=0.25, bc_end=0.5, s_shift=1.0, max_sparsity=0.7,
     step_size=0.05, tolerance=0.01, window=2, final_sparsity=0.7,
 )  # fmt: skip
 
@@ -63,8 +63,8 @@ def test_each_seed_trains_a_fresh_copy_of_the_schedule_it_is_given(data, tmp_pat
         data, schedules, epochs=2, batch_size=48, width=4, seeds=[0, 1], out=tmp_path, lr=0.05
     )
     assert schedules["gst"].state_dict() == before  # the caller's schedule never trains
-    # both seeds started from the same (fresh) schedule: each compressed from step 0
-    assert all(r["gst"].history["compression_ratio"].iloc[0] > 0.5 for r in results.values())
+    # both seeds started from the same (fresh) schedule: each compressed from step 0 (B = 2: half of nearly every weight)
+    assert all(r["gst"].history["compression_ratio"].iloc[0] > 0.45 for r in results.values())
 
 
 def test_a_schedule_for_another_length_of_training_is_refused(data, tmp_path):

@@ -111,6 +111,15 @@ class GSTConfig:
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        cap = self.sparsity.max_sparsity
+        over = [b for b in sizes if self.target == "compression" and 1.0 - 1.0 / b > cap + 1e-12]
+        if over:
+            raise ValueError(
+                f"block size {over[0]} compresses a layer by {1 - 1 / over[0]:.1%} before any pruning, above "
+                f"max_sparsity={cap:g}: the cap bounds each layer's compression in every phase (target="
+                f"'compression'); use block sizes of at most {int(1 / (1 - cap) + 1e-9) if cap < 1 else 'any'}"
+                f" or a max_sparsity of at least {1 - 1 / over[0]:g}"
+            )
         self.block_schedule = schedule
 
     def step_of(self, fraction: float) -> int:
