@@ -174,3 +174,21 @@ def test_train_with_these_settings_writes_a_normal_run_folder_and_draws_its_curv
     assert names[0].startswith("dense reference") and list(training.data[0].y) == [10.0, 20.0]
     assert len(training.data[1].y) > 0 and max(training.data[2].y) > 0.5
     assert tuner.train_progress.value == tuner.train_progress.max
+
+
+def test_a_gst_training_run_is_capped_at_the_compression_the_tuner_evaluated(agent):
+    from rlq.compress import GSTConfig, RewardAwareConfig
+    from rlq.faces.tuner_training import training_method
+
+    settings = TunerSettings(method="gst", block_size=4, sparsity=0.6)
+    method, gst, _ = training_method(settings)
+    cap = gst["sparsity"]["max_sparsity"]
+    # the tuner keeps 40% of each B-vector (26 of a 16x16 layer's 64 entries, rounded): about 10% of the
+    # hidden layers' weights, what the training run caps at
+    layers = [r for r in compress_policy(agent.policy, settings)["layers"] if r["kind"] != "dense"]
+    evaluated = 1 - sum(r["stored"] for r in layers) / sum(r["dense"] for r in layers)
+    assert method == "gst" and cap == pytest.approx(evaluated, abs=1 / 256)
+    assert cap == pytest.approx(0.9)
+    GSTConfig(
+        total_steps=10, **{**gst, "sparsity": RewardAwareConfig(**gst["sparsity"])}
+    )  # within the cap rule

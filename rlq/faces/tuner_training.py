@@ -22,7 +22,12 @@ EXPERIMENT = "sparsity_tuner_train"
 
 
 def training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
-    """Return ``(method, gst settings, pruning settings)`` of ``train_compressed`` for the tuner's settings."""
+    """Return ``(method, gst settings, pruning settings)`` of ``train_compressed`` for the tuner's settings.
+
+    The tuner's GST sparsity is that of the stored B-vectors (as :func:`rlq.faces.widgets.compress_policy`
+    prunes them), so a training run caps each layer's compression at what the tuner showed:
+    ``1 - (1 - sparsity) / B``.
+    """
     if settings.method == "none":
         return "dense", None, None
     if settings.method == "pruning":
@@ -39,8 +44,8 @@ def training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | None
     if settings.method == "block_circulant":
         gst["bc_end"] = 1.0  # never handed over to pruning, and the pruning target never rises
         gst["s_shift"] = 1.0
-    else:
-        gst["sparsity"] = {"max_sparsity": settings.sparsity}
+    else:  # train to the compression the tuner evaluated: its sparsity prunes the B-vectors
+        gst["sparsity"] = {"max_sparsity": 1.0 - (1.0 - settings.sparsity) / settings.block_size}
     return "gst", gst, None
 
 
