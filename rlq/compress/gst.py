@@ -19,8 +19,9 @@ trained; 0 on-policy), so "25% of training" means a quarter of the updates:
 - What the target means (``target``). ``"compression"`` (default): the target is each layer's compression,
   the fraction of its dense weights it does not store, in every phase, so ``max_sparsity`` caps the
   compression and it never rises above it. A block-circulant layer with block size B already stores
-  ``1/B``; it reaches a target ``c > 1 - 1/B`` by pruning ``1 - B (1 - c)`` of its B-vector entries, and
-  the target starts from ``1 - 1/B`` when pruning begins in the block-circulant phase. ``"stored"``: the
+  ``1/B`` (a block size with ``1 - 1/B > max_sparsity`` is refused by :class:`GSTConfig`); it reaches a
+  target ``c > 1 - 1/B`` by pruning ``1 - B (1 - c)`` of its B-vector entries, and the target starts from
+  ``1 - 1/B`` when pruning begins in the block-circulant phase. ``"stored"``: the
   target is the sparsity of the stored values (the B-vectors while block-circulant), the rule of earlier
   rlq versions, kept for ablations: at 0.9 and B = 4 a layer then stores 2.5% of its weights, more
   compression than the cap, given back at the hand-over.
