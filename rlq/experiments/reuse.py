@@ -103,7 +103,10 @@ def published_runs(source: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         raise ValueError(
             f"--reuse {source}: no {', '.join(m + '.csv' for m in missing)}; its runs cannot be rebuilt"
         )
-    tables = {name: normalize_method_names(pd.read_csv(source / f"{name}.csv")) for name in TABLES}
+    tables = {  # round_trip: every float as it was written, to the last digit
+        name: normalize_method_names(pd.read_csv(source / f"{name}.csv", float_precision="round_trip"))
+        for name in TABLES
+    }
     summary = tables["summary"]
     key_columns = [c for c in summary.columns if all(c in tables[t].columns for t in ("history", "curve"))]
     if not {"env_id", "seed", "method"} <= set(key_columns):
