@@ -117,7 +117,7 @@ class GSTConfig:
             raise ValueError(
                 f"block size {over[0]} compresses a layer by {1 - 1 / over[0]:.1%} before any pruning, above "
                 f"max_sparsity={cap:g}: the cap bounds each layer's compression in every phase (target="
-                f"'compression'); use block sizes of at most {int(1 / (1 - cap) + 1e-9) if cap < 1 else 'any'}"
+                f"'compression'); use block sizes of at most {int(1 / (1 - cap) + 1e-9)}"
                 f" or a max_sparsity of at least {1 - 1 / over[0]:g}"
             )
         self.block_schedule = schedule

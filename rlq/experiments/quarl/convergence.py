@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from rlq.actorq.result import time_to_return
+from rlq.core.validation import check_positive_int
 from rlq.experiments.quarl.regimes import RegimeResults
 
 CURVE_COLUMNS = ["task", "seed", "precision", "learner_steps", "env_steps", "wall_time_s", "eval_return",
@@ -56,10 +57,7 @@ def convergence_runs(results: RegimeResults, fraction: float = 0.9, final_evals:
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction={fraction!r}: the share of fp32's final return must be in (0, 1]")
-    if isinstance(final_evals, bool) or not isinstance(final_evals, int) or final_evals < 1:
-        raise ValueError(
-            f"final_evals={final_evals!r}: the evaluations averaged into a final return, an int >= 1"
-        )
+    final_evals = check_positive_int("final_evals", final_evals)
     finals: dict[str, list[float]] = {}
     for (task, _, precision), r in results.items():
         if precision == "fp32":
