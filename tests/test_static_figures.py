@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
@@ -111,3 +112,12 @@ def test_each_claim_family_has_a_forest_plot_in_the_claims_page():
             f"{png.relative_to(ROOT)}: run `rlq report --figures`"
         )
         assert f"](figures/{name}.png)" in page, f"docs/claims.md shows no {name}.png"
+
+
+def test_the_convergence_figure_names_the_tasks_it_draws():
+    figures = dict(committed_figures("quarl_actorq", "convergence", RESULTS))
+    runs = pd.read_csv(RESULTS / "quarl_actorq" / "convergence" / "convergence_runs.csv")
+    title = figures["convergence"].layout.title.text
+    for task in runs["task"].unique():
+        assert task in title, f"the convergence figure's title {title!r} does not name {task}"
+    assert "dm_control/" not in title, f"{title!r} names the throughput sections' env id"

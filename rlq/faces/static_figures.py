@@ -186,9 +186,9 @@ def _actorq(run: Committed) -> Figures:
         figure = convergence_figure(
             return_at(curve, "env_steps", points=10), return_at(curve, "wall_time_s", points=10), thresholds
         )
-        figures.append(
-            ("convergence", figure.update_layout(title=f"{run.label}: IQM and 95% interval over seeds"))
-        )
+        # the convergence tasks, not the throughput sections' env_ids, name this figure's task
+        title = f"{run.experiment} {run.preset} ({', '.join(thresholds)}): IQM and 95% interval over seeds"
+        figures.append(("convergence", figure.update_layout(title=title)))
     return figures
 
 
