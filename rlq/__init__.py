@@ -24,7 +24,10 @@ def __getattr__(name: str) -> Any:
 
 
 def record(**numbers: Any) -> dict[str, Any]:
-    """Return the numbers recorded into this run folder's ``results.json`` (see :func:`rlq.experiments.run_folders.record`)."""
+    """Return the numbers recorded into this run folder's ``results.json`` (see :func:`rlq.experiments.run_folders.record`).
+
+    A notebook shows them at 3 significant figures; the file and the returned values keep every digit.
+    """
     from rlq.experiments.run_folders import record as record_in_run_folder
 
     return record_in_run_folder(**numbers)

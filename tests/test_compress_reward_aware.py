@@ -76,7 +76,9 @@ def test_the_earlier_windowed_rule_misses_that_drop_at_three_updates_per_episode
     # its reference is the warm-up's -400 and the collapse still beats it: it rises to the cap
     assert "backoff" not in decisions and legacy.target == pytest.approx(0.9)
     controller, rows = stream(episodes[10:], updates_per_episode=3, min_episodes=2)
-    assert [d for _, _, d in rows].count("backoff") == 2 and controller.target == 0.0
+    # the episodes rule backs off the rise the collapse followed (0.1 to 0.05), then holds there
+    decisions = [d for _, _, d in rows]
+    assert decisions.count("backoff") == 1 and decisions[-1] == "hold" and controller.target == 0.05
 
 
 def test_noisy_flat_returns_rise_at_most_once_per_min_episodes_and_back_off_sometimes():
@@ -97,6 +99,19 @@ def test_recovery_to_the_reference_lets_the_target_rise_again():
     controller, rows = stream(episodes, min_episodes=2, backoff=0.1, step_size=0.1)
     decisions = [d for _, _, d in rows]
     assert decisions.index("backoff") < len(decisions) - 1 - decisions[::-1].index("rise")
+
+
+def test_a_back_off_undoes_the_harmful_rise_and_no_more():
+    """A reward that never regains its reference: one back-off to the target before that rise, then holds."""
+    episodes = [100.0] * 10 + [80.0] * 30
+    controller, rows = stream(episodes, min_episodes=2, step_size=0.05, backoff=0.05)
+    peak = max(t for _, t, _ in rows)
+    assert peak == pytest.approx(0.25)  # a rise every 2 steady episodes
+    after = [d for i, _, d in rows if i >= 10]
+    assert after.count("backoff") == 1 and set(after[after.index("backoff") + 1 :]) <= {"wait", "hold"}
+    assert controller.target == pytest.approx(peak - 0.05) == controller.floor
+    # the controller's floor follows a target set from outside (GST's hand-over) when that is lower
+    assert controller.reset_target(0.1) == pytest.approx(0.1) and controller.floor == pytest.approx(0.1)
 
 
 def test_zero_backoff_holds_on_a_drop():

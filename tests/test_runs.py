@@ -30,6 +30,18 @@ def test_record_merges_into_results_and_converts_numpy(tmp_path, monkeypatch):
     assert data == {"a": 2.0, "n": 3, "b": [0.25, 2], "nan": None}
 
 
+def test_record_shows_three_significant_figures_and_keeps_every_digit(tmp_path, monkeypatch):
+    from IPython.lib.pretty import pretty
+
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    numbers = {"rate": 3071.2173576734226, "nested": {"share": [0.00027264739791135333, -1e-12]}, "n": 3}
+    shown = record(**numbers)
+    assert shown == numbers  # the values themselves are exact
+    assert json.loads((tmp_path / "results.json").read_text()) == numbers
+    assert pretty(shown) == "{'rate': 3070.0, 'nested': {'share': [0.000273, -1e-12]}, 'n': 3}"
+    assert pretty(record(drop=-0.0004, zero=-0.0)) == "{'drop': -0.0004, 'zero': 0.0}"
+
+
 @pytest.mark.parametrize("bad", [{"status": "ok"}, {"error": "x"}, {"arr": object()}])
 def test_record_rejects_reserved_keys_and_non_numbers(tmp_path, monkeypatch, bad):
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))

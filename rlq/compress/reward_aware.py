@@ -16,7 +16,11 @@ at its own updates (:meth:`RewardAwareSparsity.update`, every ``prune_every`` st
   scores is compared with the reference: within the tolerance the target rises again (and the reference
   becomes the scores before this rise); below it the target backs off by ``backoff`` (holds when
   ``backoff`` is 0) and the reference stays, so the target only rises again once the reward has come back
-  to the level it had before the harmful rise.
+  to the level it had before the harmful rise. A back-off undoes that rise and no more: it never takes
+  the target below the target the reference was measured at (the one before the rise), and once there a
+  drop only holds it. The reference was reached at that target, so going lower has no evidence behind it;
+  without this floor a reward that never regains its reference (a lucky window before the rise, a
+  non-stationary return) would strip every earlier, harmless rise as well, down to ``min_sparsity``.
 - ``"windowed"``: the rule of earlier rlq versions, kept for the ablation that measures what the episodes
   rule changes. At every update the mean of the last ``input_window`` scores is one input; the mean of the
   last ``window`` inputs is compared with the best such mean so far. It cannot see a drop at the timescale
@@ -117,7 +121,7 @@ class RewardAwareSparsity:
     dense training's, and the drop rule never fired.
 
     Decisions (:attr:`last_decision`): ``wait`` (too few new scores), ``rise``, ``at_max``, ``hold`` (a drop
-    with nothing to back off), ``backoff``, ``hold_trend``; the windowed rule also ``warmup``,
+    with nothing to back off, or the target at its floor), ``backoff``, ``hold_trend``; the windowed rule also ``warmup``,
     ``cooldown`` and ``no_reward``. It is deterministic and its state can be saved with :meth:`state_dict`.
     """
 
@@ -135,6 +139,8 @@ class RewardAwareSparsity:
         """How many scores finished after the last change of the target."""
         self.reference: float | None = None
         """Episodes rule: the mean of the ``window`` scores before the last rise (None before the first)."""
+        self.floor: float | None = None
+        """Episodes rule: the target before the last rise, the lowest a back-off goes (None before the first)."""
         self.inputs: deque[float] = deque(maxlen=config.input_window)
         self.levels: deque[float] = deque(maxlen=config.window)
         self.best: float | None = None
@@ -189,8 +195,9 @@ class RewardAwareSparsity:
             if self._too_slow():
                 return self._decide("hold_trend")
             return self._rise() if self.target < config.max_sparsity else self._decide("at_max")
-        if config.backoff > 0 and self.target > config.min_sparsity:
-            self.target = round(max(config.min_sparsity, self.target - config.backoff), 12)
+        floor = max(config.min_sparsity, self.floor if self.floor is not None else config.min_sparsity)
+        if config.backoff > 0 and self.target > floor:
+            self.target = round(max(floor, self.target - config.backoff), 12)
             self._new_scores_from_here()
             return self._decide("backoff")
         return self._decide("hold")
@@ -201,7 +208,7 @@ class RewardAwareSparsity:
         self.updates += 1
 
     def _rise(self) -> float:
-        self.reference = self.level()
+        self.reference, self.floor = self.level(), self.target
         # rounded: 0.6 + 0.1 + 0.1 + 0.1 is 0.8999999999999999, one more rise would "move" it to the cap
         self.target = round(min(self.config.max_sparsity, self.target + self.config.step_size), 12)
         self._new_scores_from_here()
@@ -255,6 +262,8 @@ class RewardAwareSparsity:
     def reset_target(self, target: float) -> float:
         """Return the target after setting it to ``target`` clipped to [min_sparsity, max_sparsity]."""
         self.target = min(self.config.max_sparsity, max(self.config.min_sparsity, float(target)))
+        if self.floor is not None:  # a back-off never has to climb: the floor is at most the target
+            self.floor = min(self.floor, self.target)
         return self.target
 
     # ---- checkpoints
@@ -270,6 +279,7 @@ class RewardAwareSparsity:
             "since": list(self.since),
             "since_count": self.since_count,
             "reference": self.reference,
+            "floor": self.floor,
             "inputs": list(self.inputs),
             "levels": list(self.levels),
             "best": self.best,
@@ -294,6 +304,7 @@ class RewardAwareSparsity:
         self.since.extend(state["since"])
         self.since_count = int(state["since_count"])
         self.reference = state["reference"]
+        self.floor = state.get("floor")  # a state saved before the floor existed resumes without one
         self.inputs.extend(state["inputs"])
         self.levels.extend(state["levels"])
         self.best = state["best"]

@@ -7,6 +7,7 @@ variable, and turns the numbers the notebook records with :func:`record` into ``
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
@@ -88,7 +89,26 @@ def run_dir() -> Path:
     return path
 
 
-def record(**numbers: Any) -> dict[str, Any]:
+class Recorded(dict):
+    """The numbers :func:`record` wrote: every digit in ``results.json``, 3 significant figures when shown."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Show the numbers at 3 significant figures (IPython's display of a cell's last value)."""
+        printer.pretty(three_figures(dict(self)))
+
+
+def three_figures(value: Any) -> Any:
+    """Return ``value`` with each finite float, in lists and dicts too, rounded to 3 significant figures."""
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.3g}") + 0.0  # + 0.0: -0.0 reads 0.0
+    if isinstance(value, dict):
+        return {key: three_figures(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(three_figures(item) for item in value)
+    return value
+
+
+def record(**numbers: Any) -> Recorded:
     """Return the notebook's headline numbers after merging them into its run folder's ``results.json``."""
     clash = RESERVED_KEYS.intersection(numbers)
     if clash:
@@ -101,7 +121,7 @@ def record(**numbers: Any) -> dict[str, Any]:
     merged = read_json(path)
     merged.update(clean)
     write_json(path, merged)
-    return clean
+    return Recorded(clean)
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
