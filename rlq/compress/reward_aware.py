@@ -195,7 +195,7 @@ class RewardAwareSparsity:
             if self._too_slow():
                 return self._decide("hold_trend")
             return self._rise() if self.target < config.max_sparsity else self._decide("at_max")
-        floor = max(config.min_sparsity, self.floor if self.floor is not None else config.min_sparsity)
+        floor = max(config.min_sparsity, self.floor or 0.0)  # no floor before the first rise
         if config.backoff > 0 and self.target > floor:
             self.target = round(max(floor, self.target - config.backoff), 12)
             self._new_scores_from_here()
