@@ -10,7 +10,7 @@ import pytest
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.gst.training_runs import RUN_TABLES, _stack
 from rlq.experiments.results import committed_dir, publish
-from rlq.experiments.reuse import plan_reuse, published_runs
+from rlq.experiments.reuse import parse_run_spec, plan_reuse, published_runs
 from rlq.experiments.runner import run_experiment
 from rlq.faces.cli import main
 
@@ -46,6 +46,42 @@ def test_plan_reuse_takes_only_the_runs_this_run_trains():
     ((source, _, runs),) = plan_reuse([LONG], "gst_td3_mujoco", _params(seeds=[1, 7], methods=["gst"]))
     assert source == LONG
     assert [key for key, _ in runs] == [{"env_id": "HalfCheetah-v5", "seed": 1, "method": "gst"}]
+
+
+def test_retrain_leaves_the_named_runs_out_of_every_source():
+    summary = pd.read_csv(LONG / "summary.csv")
+    expected = [
+        key for key in summary[["env_id", "seed", "method"]].to_dict("records")
+        if not (key["method"] == "gst" and key["seed"] in (1, 3))
+    ]  # fmt: skip
+    ((_, _, runs),) = plan_reuse(
+        [LONG], "gst_td3_mujoco", _params(), ["method=gst,seed=1", "seed=3,method=gst"]
+    )
+    assert [key for key, _ in runs] == expected
+    assert len(runs) == len(summary) - 2
+    ((_, _, runs),) = plan_reuse([LONG], "gst_td3_mujoco", _params(), ["method=dense"])
+    assert {key["method"] for key, _ in runs} == {"gst"}
+
+
+def test_parse_run_spec_reads_fields_and_refuses_what_is_not_a_run():
+    assert parse_run_spec("method=gst, seed=2") == {"method": "gst", "seed": 2}
+    assert parse_run_spec("env_id=HalfCheetah-v5") == {"env_id": "HalfCheetah-v5"}
+    for bad, message in [("gst", "FIELD=VALUE"), ("seed=", "FIELD=VALUE"), ("seed=1,seed=2", "given twice")]:
+        with pytest.raises(ValueError, match=message):
+            parse_run_spec(bad)
+
+
+def test_retrain_refuses_a_spec_that_names_no_run_and_one_that_empties_a_source():
+    with pytest.raises(ValueError, match="--retrain method=gst,seed=9: no run"):
+        plan_reuse([LONG], "gst_td3_mujoco", _params(), ["method=gst,seed=9"])
+    with pytest.raises(
+        ValueError, match="--retrain method=gst,seed=4: no run"
+    ):  # a seed this run does not train
+        plan_reuse([LONG], "gst_td3_mujoco", _params(seeds=[0, 1]), ["method=gst,seed=4"])
+    with pytest.raises(ValueError, match="no run"):  # a field no run has
+        plan_reuse([LONG], "gst_td3_mujoco", _params(), ["algo=td3"])
+    with pytest.raises(ValueError, match="names every run it holds"):
+        plan_reuse([LONG], "gst_td3_mujoco", _params(methods=["gst"]), ["method=gst"])
 
 
 @pytest.mark.parametrize(
@@ -98,3 +134,23 @@ def test_a_run_with_more_seeds_loads_the_reused_runs_instead_of_training_them(tm
     pd.testing.assert_frame_equal(after[after["seed"] == 0].reset_index(drop=True), before, check_dtype=False)
     assert not (more.path / "runs" / "Pendulum-v1__gst__0").exists()
     assert (more.path / "runs" / "Pendulum-v1__gst__1").exists()
+    # --retrain: the named run trains again, the others are loaded; refused without --reuse
+    assert main([
+        "run", "gst_td3_mujoco", "--preset", "quick", "--retrain", "method=gst,seed=0", "--out",
+        str(tmp_path / "refused"), "--quiet",
+    ]) == 2  # fmt: skip
+    assert not (tmp_path / "refused").exists()
+    again = run_experiment(
+        "gst_td3_mujoco", "quick", small, tmp_path / "runs", progress=False, reuse=[published],
+        retrain=["method=gst,seed=0"],
+    )  # fmt: skip
+    assert again.ok, again.results.get("error")
+    assert again.results["retrained"] == ["method=gst,seed=0"]
+    assert [entry["keys"] for entry in again.results["reused"]] == [
+        [{"env_id": "Pendulum-v1", "seed": 0, "method": "dense"}]
+    ]
+    retrained = pd.read_csv(again.path / "summary.csv").set_index("method")
+    assert retrained.loc["dense", "wall_time_s"] == before.set_index("method").loc["dense", "wall_time_s"]
+    assert retrained.loc["gst", "wall_time_s"] != before.set_index("method").loc["gst", "wall_time_s"]
+    assert (again.path / "runs" / "Pendulum-v1__gst__0").exists()
+    assert not (again.path / "runs" / "Pendulum-v1__dense__0").exists()

@@ -2,14 +2,17 @@
 
 ``rlq run NAME --preset P -p seeds '[0, 1, 2, 3, 4]' --reuse FOLDER`` puts the finished training runs of
 ``FOLDER`` into the new run folder's job store (``jobs/``) before the notebook starts; the notebook then loads
-them as it loads a resumed run's and trains only the others. ``FOLDER`` is a run folder (its saved job
+them as it loads a resumed run's and trains only the others. ``--retrain method=gst,seed=2`` leaves the runs
+it names out of every source, so the new run trains them again (e.g. one run made with a since-mended
+rule) and keeps the rest. ``FOLDER`` is a run folder (its saved job
 results are copied) or a published one under ``data/results/`` (each run is rebuilt from the published
 tables: ``summary``, ``history``, ``curve`` and ``events``, one row group per run). Only experiments whose
 jobs train through :func:`rlq.experiments.gst.train_and_evaluate_all` keep their runs this way.
 
 A source is refused unless it is a finished run of the same experiment whose parameters equal the new run's
 apart from which runs it holds (:data:`SELECTION_KEYS`) and how it ran (:data:`PLUMBING_KEYS`). Two sources
-holding the same run, or a run the folder already holds, are refused too: nothing is overwritten.
+holding the same run, or a run the folder already holds, are refused too: nothing is overwritten. A
+``--retrain`` that names no run of the sources is refused as a typo would be.
 """
 
 from __future__ import annotations
@@ -137,8 +140,37 @@ Plan = list[tuple[Path, dict[str, Any], list[tuple[dict[str, Any], Any]]]]
 """Each source with its results.json and the (key, result) of the runs taken from it."""
 
 
-def plan_reuse(sources: Sequence[str | Path], experiment: str, params: dict[str, Any]) -> Plan:
-    """Return the runs to take from each of ``sources`` for a run of ``experiment`` with ``params``, all checked."""
+def parse_run_spec(text: str) -> dict[str, Any]:
+    """Return the run fields named by ``--retrain`` text such as ``method=gst,seed=2`` (integers as int)."""
+    spec: dict[str, Any] = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        field, sep, value = part.partition("=")
+        field, value = field.strip(), value.strip()
+        if not sep or not field or not value:
+            raise ValueError(
+                f"--retrain {text!r}: write the run as FIELD=VALUE pairs, e.g. method=gst,seed=2"
+            )
+        if field in spec:
+            raise ValueError(f"--retrain {text!r}: {field} is given twice")
+        spec[field] = int(value) if value.lstrip("-").isdigit() else value
+    return spec
+
+
+def matches(key: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """Return True when the run named ``key`` has every field value ``spec`` names."""
+    return all(field in key and str(key[field]) == str(value) for field, value in spec.items())
+
+
+def plan_reuse(
+    sources: Sequence[str | Path], experiment: str, params: dict[str, Any], retrain: Sequence[str] = ()
+) -> Plan:
+    """Return the runs to take from each of ``sources`` for a run of ``experiment`` with ``params``, all checked.
+
+    Runs matching one of the ``retrain`` specs (:func:`parse_run_spec`) are taken from no source: the new
+    run trains them. A spec that matches none of the runs the sources hold for this run is refused.
+    """
+    specs = [(text, parse_run_spec(text)) for text in retrain]
+    matched: set[str] = set()
     plan, taken = [], {}
     for source in map(Path, sources):
         results = check_source(source, experiment, params)
@@ -146,6 +178,15 @@ def plan_reuse(sources: Sequence[str | Path], experiment: str, params: dict[str,
         runs = [(key, result) for key, result in runs if wanted(key, params)]
         if not runs:
             raise ValueError(f"--reuse {source}: it holds none of this run's tasks, methods and seeds")
+        kept = []
+        for key, result in runs:
+            hits = [text for text, spec in specs if matches(key, spec)]
+            matched.update(hits)
+            if not hits:
+                kept.append((key, result))
+        if not kept:
+            raise ValueError(f"--reuse {source}: --retrain names every run it holds; leave this --reuse out")
+        runs = kept
         for key, _ in runs:
             name = ResultStore(".").path(key).name
             if name in taken:
@@ -154,6 +195,11 @@ def plan_reuse(sources: Sequence[str | Path], experiment: str, params: dict[str,
                 )
             taken[name] = str(source)
         plan.append((source, results, runs))
+    unmatched = [text for text, _ in specs if text not in matched]
+    if unmatched:
+        raise ValueError(
+            f"--retrain {unmatched[0]}: no run of the --reuse folders that this run trains has those values"
+        )
     return plan
 
 

@@ -41,6 +41,7 @@ RESERVED_KEYS = frozenset(
         "started",
         "finished",
         "reused",
+        "retrained",
     }
 )
 

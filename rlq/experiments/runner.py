@@ -106,7 +106,7 @@ def execute(
     # an attempt starts from the earlier attempts' training time only: their numbers are archived under
     # attempts/<n>/, and a re-attempt that fails before recording must not show them as its own
     earlier = read_json(path / RESULTS_FILE)
-    results = {k: earlier[k] for k in ("train_seconds", "reused") if k in earlier}
+    results = {k: earlier[k] for k in ("train_seconds", "reused", "retrained") if k in earlier}
     results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
     write_json(path / RESULTS_FILE, results)
 
@@ -158,22 +158,26 @@ def run_experiment(
     overrides: list[tuple[str, str]] | None = None,
     out: str | Path = "runs",
     reuse: Sequence[str | Path] = (),
+    retrain: Sequence[str] = (),
     **kwargs: Any,
 ) -> RunOutcome:
     """Return the outcome of running experiment ``name`` into a new run folder under ``out``.
 
     Every input is validated before the folder is created or a kernel starts. The finished runs of the
-    folders ``reuse`` are loaded instead of trained (:mod:`rlq.experiments.reuse`); results.json lists them
-    under ``reused``.
+    folders ``reuse`` are loaded instead of trained (:mod:`rlq.experiments.reuse`), but for the runs that the
+    ``retrain`` specs name; results.json lists them under ``reused`` and the specs under ``retrained``.
     """
     experiment = get_experiment(name)
     params = experiment.resolve(preset, overrides)
     experiment.check_requirements()
-    plan = plan_reuse(reuse, experiment.name, params) if reuse else []
+    if retrain and not reuse:
+        raise ExperimentError("--retrain names runs of the --reuse folders: give --reuse FOLDER")
+    plan = plan_reuse(reuse, experiment.name, params, retrain) if reuse else []
     path = create_run_dir(out, experiment.name)
     with run_folder_lock(path):
         if plan:
-            write_json(path / RESULTS_FILE, {"reused": save_reuse(plan, path)})
+            reused = {"reused": save_reuse(plan, path), **({"retrained": list(retrain)} if retrain else {})}
+            write_json(path / RESULTS_FILE, reused)
         return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
 
 

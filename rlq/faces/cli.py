@@ -64,14 +64,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.rerun and not args.resume:
         raise ExperimentError("--rerun goes with --resume RUN_DIR")
     if args.resume:
-        if args.name or args.preset or args.param or args.reuse:
+        if args.name or args.preset or args.param or args.reuse or args.retrain:
             raise ExperimentError(
-                "--resume takes the run folder's own parameters and runs: give no NAME, --preset, -p or --reuse"
+                "--resume takes the run folder's own parameters and runs: give no NAME, --preset, -p, --reuse "
+                "or --retrain"
             )
         outcome = resume_run(
             args.resume, rerun=args.rerun, progress=not args.quiet, log_output=args.log_output
         )
     else:
+        if args.retrain and not args.reuse:
+            raise ExperimentError("--retrain names runs of the --reuse folders: give --reuse FOLDER")
         if not args.name:
             raise ExperimentError("rlq run needs an experiment NAME (see `rlq list`) or --resume RUN_DIR")
         experiment = get_experiment(args.name)  # every input is checked before anything is announced
@@ -80,7 +83,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.reuse:
             from rlq.experiments.reuse import plan_reuse
 
-            plan_reuse(args.reuse, experiment.name, params)  # checked before anything is announced
+            plan_reuse(
+                args.reuse, experiment.name, params, args.retrain
+            )  # checked before anything is announced
         check_out_dir(args.out)
         print(f"rlq: running {args.name} (preset {args.preset or 'defaults'})", file=sys.stderr)
         outcome = run_experiment(
@@ -89,6 +94,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             [tuple(p) for p in args.param],
             args.out,
             reuse=args.reuse,
+            retrain=args.retrain,
             progress=not args.quiet,
             log_output=args.log_output,
         )
@@ -221,6 +227,14 @@ def _add_run(sub: Any) -> None:
         metavar="FOLDER",
         help="load the finished runs of this run folder or published run instead of training them (e.g. to add "
         "seeds to a run); its settings must be this run's",
+    )
+    p.add_argument(
+        "--retrain",
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="with --reuse: train this run again instead of loading it, named by its fields, e.g. "
+        "method=gst,seed=2 (may be given more than once)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")
