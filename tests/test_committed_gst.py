@@ -53,3 +53,55 @@ def test_the_earlier_rule_over_compressed_in_the_runs_kept_for_it():
     peak = gst.groupby("seed")["compression_ratio"].max()
     final = gst.sort_values("step", kind="stable").groupby("seed")["compression_ratio"].last()
     assert (peak > final + 0.05).all(), "the earlier rule's runs should peak above their final compression"
+
+
+def backoffs_below_floor(run: pd.DataFrame) -> list[tuple[int, float, float]]:
+    """Return (step, new target, floor) of each back-off in one run's history below the controller's floor.
+
+    Replays the floor of :class:`rlq.compress.reward_aware.RewardAwareSparsity` from the logged decisions
+    alone: a rise sets it to the target before the rise, a target lowered by no back-off (GST's hand-over)
+    lowers it to that target, and a back-off may not go below it. ``log`` rows repeat the last decision.
+    """
+    floor, target, below = None, None, []
+    for row in run[run["event"] != "log"].itertuples():
+        new = float(row.target_sparsity)
+        if target is not None and row.decision == "rise" and new > target + 1e-12:
+            floor = target
+        elif target is not None and row.decision == "backoff" and new < target - 1e-12:
+            if floor is not None and new < floor - 1e-9:
+                below.append((int(row.step), new, floor))
+        elif target is not None and new < target - 1e-12 and floor is not None:
+            floor = min(floor, new)
+        target = new
+    return below
+
+
+def test_the_floor_replay_flags_a_back_off_below_the_target_before_the_last_rise():
+    def run(rows):
+        return pd.DataFrame(rows, columns=["step", "event", "target_sparsity", "decision"])
+
+    rises = [(0, "prune", 0.10, "rise"), (1, "log", 0.10, "rise"), (2, "prune", 0.15, "rise")]
+    assert (
+        backoffs_below_floor(run([*rises, (3, "prune", 0.10, "backoff"), (4, "hold", 0.10, "backoff")])) == []
+    )
+    assert backoffs_below_floor(run([*rises, (3, "prune", 0.05, "backoff")])) == [(3, 0.05, 0.10)]
+    # a hand-over that lowers the target lowers the floor with it
+    handed = [*rises, (3, "hand_over", 0.08, "wait"), (4, "prune", 0.08, "backoff")]
+    assert backoffs_below_floor(run(handed)) == []
+    assert backoffs_below_floor(run([*handed[:-1], (4, "prune", 0.06, "backoff")])) == [(4, 0.06, 0.08)]
+
+
+@pytest.mark.parametrize(
+    "history",
+    [p for p in committed_gst_histories() if "decision" in pd.read_csv(p, nrows=0).columns],
+    ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}",
+)
+def test_committed_back_offs_stay_within_the_floor(history):
+    frame = pd.read_csv(history)
+    keys = [k for k in RUN_KEYS if k in frame.columns]
+    below = {
+        key: b
+        for key, run in frame.groupby(keys)
+        if (b := backoffs_below_floor(run.sort_values("step", kind="stable")))
+    }
+    assert not below, f"{history}: back-offs below the target before the last rise: {below}"
