@@ -341,3 +341,18 @@ def test_a_setting_note_is_cut_at_its_first_colon_outside_parentheses():
     setting = "measured with a 256x256 policy, 1 update per env step (paper: 2048x3, 1/8, 4 actors)"
     assert _short("a", setting) == ("a", setting)
     assert _short("a", "x (paper: y): z")[1] == "x (paper: y)"
+
+
+def test_runs_table_says_which_runs_a_merged_run_loaded_from_earlier_folders(tmp_path):
+    reused = [{"source": "a", "runs": 18, "keys": [], "train_seconds": 6586.6},
+              {"source": "b", "runs": 2, "keys": [], "train_seconds": 498.8}]  # fmt: skip
+    _run(tmp_path / "runs", "gst_td3_mujoco", "ablation", "ok", {"reused": reused, "train_seconds": 23.4})
+    _run(tmp_path / "runs", "quarl_ptq", "medium", "ok", {"train_seconds": 700.0})
+    out = tmp_path / "out"
+    table = runs_table(collect_runs(tmp_path / "runs", tmp_path / "no_results"), Paths(out, repo_root()))
+    table = table.set_index("experiment")
+    assert table.loc["gst_td3_mujoco", "status"] == (
+        "ok (20 runs loaded from 2 earlier folders, which trained for 1.8 h + 8 min)"
+    )
+    assert table.loc["gst_td3_mujoco", "train_seconds"] == 23.4  # this folder's own training
+    assert table.loc["quarl_ptq", "status"] == "ok"

@@ -24,7 +24,7 @@ from rlq.experiments.paths import data_dir, repo_root
 from rlq.experiments.results import variant_params
 from rlq.experiments.run_folders import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
 from rlq.experiments.sweeps import sweep_points
-from rlq.faces.report_text import Paths, interval, paper_text
+from rlq.faces.report_text import Paths, duration, interval, paper_text
 
 PRESET_RANK = {"paper": 3, "long": 2.5, "medium": 2, "quick": 1}
 """A claim is judged on its largest finished preset: ``long`` (a preset some experiments add, between their
@@ -71,6 +71,19 @@ class RunRecord:
         since it was published still answers (it is what the preset was), and the runs table says so.
         """
         return variant_params(self.experiment, self.preset, self.params)
+
+    @property
+    def reused_text(self) -> str:
+        """Return how many of the run's runs were loaded from earlier folders (``--reuse``) and their training time."""
+        reused = self.results.get("reused") or []
+        if not reused:
+            return ""
+        runs = sum(int(entry.get("runs", 0)) for entry in reused)
+        seconds = [entry.get("train_seconds") for entry in reused]
+        text = f"{runs} runs loaded from {len(reused)} earlier folder{'s' if len(reused) > 1 else ''}"
+        if all(isinstance(t, (int, float)) for t in seconds):
+            text += f", which trained for {' + '.join(duration(float(t)) for t in seconds)}"
+        return text
 
     @property
     def notebook(self) -> Path | None:
@@ -295,11 +308,14 @@ def runs_table(records: list[RunRecord], paths: Paths) -> pd.DataFrame:
         if variant:
             kind = "preset changed since in" if r.published else "variant of its preset in"
             status += f" ({kind}: {', '.join(variant)})"
+        status = "published" if r.published and r.status == "ok" else status
+        if r.reused_text:  # the training time is this folder's own; its reused runs trained elsewhere
+            status += f" ({r.reused_text})"
         rows.append(
             {
                 "experiment": r.experiment,
                 "preset": r.preset,
-                "status": "published" if r.published and r.status == "ok" else status,
+                "status": status,
                 "seeds": r.seeds,
                 "train_seconds": r.train_seconds,
                 "error": paths.scrub(str(r.results.get("error") or "")),
