@@ -169,6 +169,8 @@ def plan_reuse(
     Runs matching one of the ``retrain`` specs (:func:`parse_run_spec`) are taken from no source: the new
     run trains them. A spec that matches none of the runs the sources hold for this run is refused.
     """
+    if retrain and not sources:
+        raise ValueError("--retrain names runs of the --reuse folders: give --reuse FOLDER")
     specs = [(text, parse_run_spec(text)) for text in retrain]
     matched: set[str] = set()
     plan, taken = [], {}

@@ -170,9 +170,7 @@ def run_experiment(
     experiment = get_experiment(name)
     params = experiment.resolve(preset, overrides)
     experiment.check_requirements()
-    if retrain and not reuse:
-        raise ExperimentError("--retrain names runs of the --reuse folders: give --reuse FOLDER")
-    plan = plan_reuse(reuse, experiment.name, params, retrain) if reuse else []
+    plan = plan_reuse(reuse, experiment.name, params, retrain) if reuse or retrain else []
     path = create_run_dir(out, experiment.name)
     with run_folder_lock(path):
         if plan:

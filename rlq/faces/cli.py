@@ -73,19 +73,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.resume, rerun=args.rerun, progress=not args.quiet, log_output=args.log_output
         )
     else:
-        if args.retrain and not args.reuse:
-            raise ExperimentError("--retrain names runs of the --reuse folders: give --reuse FOLDER")
         if not args.name:
             raise ExperimentError("rlq run needs an experiment NAME (see `rlq list`) or --resume RUN_DIR")
         experiment = get_experiment(args.name)  # every input is checked before anything is announced
         params = experiment.resolve(args.preset, [tuple(p) for p in args.param])
         experiment.check_requirements()
-        if args.reuse:
+        if args.reuse or args.retrain:  # checked before anything is announced
             from rlq.experiments.reuse import plan_reuse
 
-            plan_reuse(
-                args.reuse, experiment.name, params, args.retrain
-            )  # checked before anything is announced
+            plan_reuse(args.reuse, experiment.name, params, args.retrain)
         check_out_dir(args.out)
         print(f"rlq: running {args.name} (preset {args.preset or 'defaults'})", file=sys.stderr)
         outcome = run_experiment(
