@@ -1,30 +1,31 @@
-"""The papers' claims and the one rule that judges each from its interval over seeds (``rlq.claims``).
+"""The papers' claims, as specified in ``data/claims.csv``, and the rule that judges them (``rlq.claims``).
 
-The implementation is :mod:`rlq.experiments.claims`; this module is its public name. A claim **holds** when
-its whole 95% interval lies on the claim's side of the paper's threshold, **does not hold** when it lies
-wholly on the other side, and is **inconclusive** when it straddles it or fewer than 3 seeds stand behind it.
+The implementation is :mod:`rlq.experiments.claims` (the rule), :mod:`rlq.experiments.claim_spec` (the
+specification) and :mod:`rlq.experiments.claim_measure` (our number, from a run's own table); this module is
+their public name. On a preset a claim **holds** when its whole 95% interval lies on the claim's side of the
+threshold, **does not hold** when it lies wholly on the other side, and is **inconclusive** when it straddles
+it; below the claim's minimum seeds it has **too few seeds**, a quantity the same on every seed is **by
+design**, and a reward at the task's maximum for both arms on every seed is **uninformative (ceiling)**.
 """
 
-from rlq.experiments.claims import (
-    CLAIMS,
-    COMPRESSION_TOLERANCE_PP,
-    FAMILIES,
-    REWARD_TOLERANCE_PCT,
-    VERDICTS,
-    Claim,
-    Verdict,
-    judge,
-    our_estimate,
-)
+from rlq.experiments.claim_measure import Measurement, measure, measure_table, spec_estimates
+from rlq.experiments.claim_spec import FAMILIES, ClaimSpec, claim_specs, read_claims, spec_by_id
+from rlq.experiments.claims import OUTCOMES, VERDICTS, Verdict, judge, judge_joint, overall
 
 __all__ = [
-    "CLAIMS",
-    "COMPRESSION_TOLERANCE_PP",
     "FAMILIES",
-    "REWARD_TOLERANCE_PCT",
+    "OUTCOMES",
     "VERDICTS",
-    "Claim",
+    "ClaimSpec",
+    "Measurement",
     "Verdict",
+    "claim_specs",
     "judge",
-    "our_estimate",
+    "judge_joint",
+    "measure",
+    "measure_table",
+    "overall",
+    "read_claims",
+    "spec_by_id",
+    "spec_estimates",
 ]

@@ -23,8 +23,8 @@ import pandas as pd
 METRICS = ("iqm", "mean", "median")
 """Aggregate metrics rliable computes over runs (and tasks): interquartile mean, mean, median."""
 
-MIN_SEEDS = 3
-"""Fewer seeds than this cannot make a claim hold or fail (:mod:`rlq.experiments.claims`)."""
+MIN_SEEDS = 5
+"""Fewer seeds than this make no claim hold or fail; a claim may need more (``min_seeds`` in ``data/claims.csv``)."""
 
 
 @dataclass(frozen=True)
@@ -226,3 +226,40 @@ def as_records(table: pd.DataFrame, prefix: str = "", unit: str | None = None) -
         ).as_dict(unit)
         for row in table.itertuples()
     }
+
+
+def paired_percent_drop(
+    x: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
+    metric: str = "iqm",
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Estimate:
+    """Return 100 * (m(y) - m(x)) / |m(y)|, the drop of ``x`` below ``y`` in %, with a paired bootstrap interval.
+
+    ``x[i]`` and ``y[i]`` are runs of the same seed (GST and dense, int8 and fp32): each resample draws seed
+    indices once and takes both runs of every seed drawn, so what the seeds share (a hard seed is hard for
+    both) stays out of the interval. Percentile interval, ``reps`` resamples from NumPy's generator seeded with
+    ``seed``. A resample where m(y) is 0 has no scale and counts as NaN. ``n`` is the number of pairs.
+    """
+    a, b = (np.asarray(v, dtype=float).ravel() for v in (x, y))
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"x and y must be paired runs of equal, non-zero length, got {a.size} and {b.size}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("x and y must be finite numbers (drop the pairs that produced no score)")
+    _check_options(reps, confidence)
+    aggregate = _aggregate(metric)
+
+    def drop(xs: np.ndarray, ys: np.ndarray) -> float:
+        base = aggregate(ys[:, None])
+        return math.nan if base == 0 else 100.0 * (base - aggregate(xs[:, None])) / abs(base)
+
+    value = drop(a, b)
+    if a.size == 1:
+        return Estimate(value, value, value, 1)
+    indices = np.random.default_rng(seed).integers(0, a.size, size=(reps, a.size))
+    draws = np.array([drop(a[i], b[i]) for i in indices])
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    lower, upper = np.nanpercentile(draws, [tail, 100.0 - tail]) if np.isfinite(draws).any() else (np.nan,) * 2
+    return Estimate(float(value), float(lower), float(upper), int(a.size))

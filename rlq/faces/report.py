@@ -10,7 +10,6 @@ first, among the run folders under ``runs/`` and the published results under ``d
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,18 +17,16 @@ from typing import Any
 import pandas as pd
 
 from rlq.core.jsonio import read_json
-from rlq.experiments.claims import CLAIMS, FAMILIES, VERDICTS, Claim, judge, our_estimate
+from rlq.experiments.claims import OUTCOMES
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir, repo_root
 from rlq.experiments.results import variant_params
 from rlq.experiments.run_folders import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
 from rlq.experiments.sweeps import sweep_points
+from rlq.faces.report_claims import NOT_MEASURED, _partner, claimed_paper_rows, claims_table, counts
 from rlq.faces.report_text import Paths, duration, interval, paper_text
 
-PRESET_RANK = {"paper": 3, "long": 2.5, "medium": 2, "quick": 1}
-"""A claim is judged on its largest finished preset: ``long`` (a preset some experiments add, between their
-``medium`` and ``paper`` budgets) beats ``medium``; a variant's name (an ablation) ranks below every preset."""
-NOT_MEASURED = "not measured"
+__all__ = ["NOT_MEASURED", "RunRecord", "build_report", "claims_table", "collect_runs", "counts", "runs_table"]
 
 
 @dataclass
@@ -157,105 +154,6 @@ def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) ->
     return records
 
 
-def best_run(
-    records: list[RunRecord], experiment: str, answers: Callable[[RunRecord], bool] | None = None
-) -> RunRecord | None:
-    """Return the finished run of ``experiment`` with the largest preset, newest first; variants never.
-
-    With ``answers``, a run that answers (e.g. holds the claim's number) wins over one that does not.
-    """
-    done = [
-        r
-        for r in records
-        if r.experiment == experiment and r.status == "ok" and (r.published or not r.variant_of_preset)
-    ]
-    done.sort(key=lambda r: (PRESET_RANK.get(r.preset or "", 0), str(r.results.get("finished", ""))))
-    answering = [r for r in done if answers(r)] if answers is not None else []
-    return (answering or done or [None])[-1]
-
-
-def _partner(metric: str) -> str | None:
-    for end, other in (("_min", "_max"), ("_max", "_min")):
-        if metric.endswith(end):
-            return metric[: -len(end)] + other
-    return None
-
-
-def _paper_row(paper: pd.DataFrame, claim: Claim) -> tuple[pd.Series, float | None, float | None, set[int]]:
-    """Return the claim's paper row, the paper's range (low, high) if it reports one, and the rows used."""
-    same = paper[(paper["paper"] == claim.paper) & (paper["experiment"] == claim.experiment)]
-    rows = same[same["metric"] == claim.metric]
-    if rows.empty:
-        raise LookupError(f"claim {claim.paper}/{claim.experiment}/{claim.metric} has no row in data/paper")
-    row, used = rows.iloc[0], {int(rows.index[0])}
-    partner = _partner(claim.metric)
-    other = same[same["metric"] == partner] if partner else same.iloc[0:0]
-    if other.empty:
-        return row, None, None, used
-    used.add(int(other.index[0]))
-    pair = sorted([float(row["value"]), float(other["value"].iloc[0])])
-    return row, pair[0], pair[1], used
-
-
-def claim_label(claim: Claim) -> str:
-    """Return a short name of the claim: its paper setting and metric in words."""
-    metric = claim.metric
-    for end in ("_min", "_max"):
-        metric = metric.removesuffix(end)
-    return f"{claim.experiment}: {metric.replace('_', ' ')}"
-
-
-def _claim_row(claim: Claim, paper: pd.DataFrame, records: list[RunRecord]) -> dict[str, Any]:
-    row, low, high, _ = _paper_row(paper, claim)
-    out: dict[str, Any] = {
-        "family": claim.family,
-        "claim": claim_label(claim),
-        "paper": claim.paper,
-        "experiment": claim.experiment,
-        "metric": claim.metric,
-        "unit": claim.unit,
-        "rule": claim.rule,
-        "paper_value": float(row["value"]),
-        "paper_low": low,
-        "paper_high": high,
-        "ours_experiment": claim.ours_experiment,
-        **dict.fromkeys(["ours", "lower", "upper", "n", "threshold", "setting", "preset", "seeds", "run"]),
-        "verdict": NOT_MEASURED,
-        "reason": "no finished run",
-    }
-    run = best_run(records, claim.ours_experiment, lambda r: our_estimate(claim, r.results) is not None)
-    if run is None:
-        return out
-    out.update(
-        preset=run.preset, seeds=run.seed_count, run=run, reason="the finished run holds no number for it"
-    )
-    verdict = judge(claim, run.results, float(row["value"]))
-    if verdict is not None:
-        out.update(
-            ours=verdict.value,
-            lower=verdict.lower,
-            upper=verdict.upper,
-            n=verdict.n,
-            threshold=verdict.threshold,
-            setting=verdict.setting,
-            verdict=verdict.verdict,
-            reason=verdict.reason,
-        )
-    return out
-
-
-def _family_order(family: str) -> int:
-    return FAMILIES.index(family) if family in FAMILIES else len(FAMILIES)
-
-
-def claims_table(records: list[RunRecord]) -> pd.DataFrame:
-    """Return one row per claim: the paper's value or range, ours with its interval, and the verdict."""
-    paper = paper_numbers()
-    table = pd.DataFrame([_claim_row(claim, paper, records) for claim in CLAIMS])
-    order = table["family"].map(_family_order)
-    return table.assign(_order=order).sort_values("_order", kind="stable").drop(columns="_order")
-
-
 def _merge_ranges(frame: pd.DataFrame) -> pd.DataFrame:
     """Return ``frame`` with each ``x_min``/``x_max`` pair as one row ``x`` whose value reads ``low to high``."""
     keys = (
@@ -285,10 +183,7 @@ def _merge_ranges(frame: pd.DataFrame) -> pd.DataFrame:
 def paper_sections(paper: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return the papers' rows that no claim tests: (what the papers used, what later work reports)."""
     paper = paper_numbers() if paper is None else paper
-    claimed: set[int] = set()
-    for claim in CLAIMS:
-        claimed |= _paper_row(paper, claim)[3]
-    rest = paper[~paper.index.isin(claimed)]
+    rest = paper[~paper.index.isin(claimed_paper_rows(paper))]
     later = rest["experiment"] == "later_work"
     columns = ["paper", "experiment", "algorithm", "environment", "metric", "value", "unit", "note"]
     used = _merge_ranges(rest[~later])[columns]
@@ -327,23 +222,13 @@ def runs_table(records: list[RunRecord], paths: Paths) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def counts(table: pd.DataFrame) -> dict[str, int]:
-    """Return how many claims there are, how many were measured, and how many got each verdict."""
-    out = {"claims": len(table), "measured": int((table["verdict"] != NOT_MEASURED).sum())}
-    out.update({v: int((table["verdict"] == v).sum()) for v in VERDICTS})
-    out["another setting"] = int((table["setting"].notna() & (table["verdict"] != NOT_MEASURED)).sum())
-    return out
-
-
 def summary_line(table: pd.DataFrame, runs: pd.DataFrame) -> str:
-    """Return the one-line summary: claims measured, verdict counts, runs and failures."""
+    """Return the one-line summary: claims measured, each overall verdict's count, runs and failures."""
     c = counts(table)
-    setting = f" ({c['another setting']} in another setting)" if c["another setting"] else ""
+    plural = {"holds": "hold", "does not hold": "do not hold"}
+    tally = ", ".join(f"{c[o]} {plural.get(o, o)}" for o in (*OUTCOMES, NOT_MEASURED) if c.get(o))
     failed = int((runs["status"] == "failed").sum())
-    return (
-        f"{c['measured']} of {c['claims']} claims measured: {c['holds']} hold, {c['does not hold']} do not hold, "
-        f"{c['inconclusive']} inconclusive{setting}; {len(runs)} runs ({failed} failed)"
-    )
+    return f"{c['claims']} claims, {c['measured']} measured: {tally}; {len(runs)} runs ({failed} failed)"
 
 
 def ours_text(row: Any) -> str:
@@ -352,19 +237,33 @@ def ours_text(row: Any) -> str:
 
 
 def seeds_text(row: Any) -> str:
-    """Return the number of seeds behind our number, else how many seeds the run used."""
+    """Return the seeds (or seed pairs) behind our number and the claim's minimum, e.g. ``5/10``."""
     for count in (row.n, row.seeds):
         if count is not None and not pd.isna(count):
-            return str(int(count))
+            return f"{int(count)}/{int(row.min_seeds)}"
     return ""
 
 
+def claim_text(row: Any) -> str:
+    """Return the claim's name on a row: a superseded metric and a replication say so."""
+    text = f"{row.family}: {row.claim}"
+    if row.status != "current":
+        text += f" (earlier metric, v{row.version})"
+    if row.replication:
+        text += " (replication)"
+    return text
+
+
 def verdict_text(row: Any) -> str:
-    """Return the verdict with its reason and, when the run is not comparable, why."""
-    parts = [row.reason] if row.reason else []
-    if row.setting:
-        parts.append(row.setting)
-    return f"{row.verdict} ({'; '.join(parts)})" if parts else row.verdict
+    """Return the outcome on the row's preset with its reason."""
+    return f"{row.verdict} ({row.reason})" if row.reason else row.verdict
+
+
+def overall_text(row: Any) -> str:
+    """Return the claim's verdict across presets with the rule's reason (superseded rows: superseded)."""
+    if row.status != "current":
+        return "superseded"
+    return f"{row.overall} ({row.overall_reason})"
 
 
 def _columns(rows: list[list[str]]) -> list[str]:
@@ -372,58 +271,50 @@ def _columns(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
+def _first_of_claim(table: pd.DataFrame) -> pd.Series:
+    """Return True on the first row of each claim and metric version (where its name and verdict are shown)."""
+    return ~table.duplicated(["id", "version"])
+
+
 def text_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
-    """Return the verdicts as plain text: the summary line, one line per measured claim, the rest named."""
+    """Return the verdicts as plain text: the summary line, then each claim on each preset that measured it."""
     lines = [summary_line(table, runs)]
-    measured = table[table["verdict"] != NOT_MEASURED]
-    if len(measured):
-        rows = [["verdict", "claim", "paper", "ours [95% interval]", "seeds", "preset"]]
-        rows += [
-            [
-                r.verdict,
-                f"{r.family}: {r.claim}",
-                paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit),
-                ours_text(r),
-                seeds_text(r),
-                r.preset or "",
-            ]
-            for r in measured.itertuples()
-        ]
-        lines += _columns(rows)
-    missing = table[table["verdict"] == NOT_MEASURED]
-    if len(missing):
-        lines.append(
-            "not measured: " + "; ".join(f"{r.family}: {r.claim} ({r.reason})" for r in missing.itertuples())
-        )
-    return "\n".join(lines)
+    rows = [["claim", "paper", "preset", "ours [95% interval]", "seeds", "on the preset", "claim's verdict"]]
+    for r, first in zip(table.itertuples(), _first_of_claim(table), strict=True):
+        if r.verdict == NOT_MEASURED and not first:
+            continue
+        rows.append([
+            claim_text(r) if first else "", paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit),
+            r.preset or "", ours_text(r), seeds_text(r), r.verdict, overall_text(r) if first else "",
+        ])  # fmt: skip
+    return "\n".join([*lines, *_columns(rows)])
 
 
 def markdown_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
-    """Return the verdict table in Markdown, fit for a README or a pull request."""
+    """Return the verdict table in Markdown, fit for a README or a pull request: every claim on every preset."""
     lines = [
         f"**{summary_line(table, runs)}**",
         "",
-        "| Claim | Paper | Ours [95% interval] | Seeds | Preset | Verdict |",
-        "|---|---|---|---|---|---|",
+        "| Claim | Paper | Preset | Ours [95% interval] | Seeds | On this preset | Claim's verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for r in table.itertuples():
+    for r, first in zip(table.itertuples(), _first_of_claim(table), strict=True):
         cells = [
-            f"{r.family}: {r.claim}",
-            paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit),
+            claim_text(r) if first else "",
+            paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit) if first else "",
+            r.preset or "",
             ours_text(r) or "–",
             seeds_text(r) if r.verdict != NOT_MEASURED else "",
-            r.preset or "",
-            f"**{r.verdict}**" + (f" ({'; '.join(p for p in _short(r.reason, r.setting) if p)})"),
+            f"**{r.verdict}**" + (f" ({_short(r.reason)})" if r.reason else ""),
+            overall_text(r) if first else "",
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _short(reason: Any, setting: Any) -> tuple[str, str]:
-    """Return the first clause of a verdict's reason and of its setting note, for a table cell a reader scans."""
-    first = str(reason).split("; ")[0] if isinstance(reason, str) else ""
-    note = _first_clause(setting) if isinstance(setting, str) else ""
-    return first, note
+def _short(reason: Any) -> str:
+    """Return the first clause of a verdict's reason, for a table cell a reader scans."""
+    return _first_clause(str(reason).split("; ")[0]) if isinstance(reason, str) else ""
 
 
 def _first_clause(text: str) -> str:

@@ -15,7 +15,14 @@ from plotly.subplots import make_subplots
 from rlq.experiments.shared_figures import TEMPLATE
 from rlq.faces.report_text import interval, paper_text, sig
 
-COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "inconclusive": "#9a6700"}
+COLOURS = {
+    "holds": "#1a7f37",
+    "does not hold": "#cf222e",
+    "inconclusive": "#9a6700",
+    "too few seeds": "#6e7781",
+    "by design": "#0969da",
+    "uninformative (ceiling)": "#8250df",
+}
 PAPER_BAND = "rgba(84, 130, 214, 0.28)"
 PAPER_LINE = "rgb(84, 130, 214)"
 ROW_HEIGHT = 46
@@ -178,6 +185,18 @@ def family_figure(rows: pd.DataFrame, family: str) -> go.Figure:
     return fig
 
 
+def plotted_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Return the claims table's rows a forest plot draws: current metrics with a number, one per claim and preset.
+
+    Each row's label names its preset; a joint claim has no number of its own (its parts are drawn).
+    """
+    keep = (table["status"] == "current") & ~table["replication"] & table["ours"].notna()
+    rows = table[keep].copy()
+    rows["claim"] = [f"{c} ({p})" for c, p in zip(rows["claim"], rows["preset"], strict=True)]
+    return rows
+
+
 def family_figures(table: pd.DataFrame) -> list[tuple[str, go.Figure]]:
-    """Return (family, forest plot) for every claim family in the claims table, in its order."""
-    return [(family, family_figure(rows, family)) for family, rows in table.groupby("family", sort=False)]
+    """Return (family, forest plot) for every claim family with a measured number, in the table's order."""
+    rows = plotted_rows(table)
+    return [(family, family_figure(part, family)) for family, part in rows.groupby("family", sort=False)]

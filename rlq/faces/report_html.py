@@ -7,7 +7,16 @@ from typing import Any
 
 import pandas as pd
 
-from rlq.faces.report import NOT_MEASURED, VERDICTS, counts, ours_text, seeds_text, summary_line
+from rlq.experiments.claims import OUTCOMES
+from rlq.faces.report import (
+    NOT_MEASURED,
+    claim_text,
+    counts,
+    ours_text,
+    overall_text,
+    seeds_text,
+    summary_line,
+)
 from rlq.faces.report_figures import family_figures
 from rlq.faces.report_text import Paths, duration, paper_text
 
@@ -28,6 +37,8 @@ td.num,td.short{white-space:nowrap} td.claim{width:34%} td.why{width:30%}
 .badge{display:inline-block;border-radius:10px;padding:1px 9px;font-weight:600;color:#fff;white-space:nowrap}
 .badge.holds{background:#1a7f37} .badge.fails{background:#cf222e}
 .badge.inconclusive{background:#9a6700} .badge.unmeasured{background:#8c959f}
+.badge.few{background:#6e7781} .badge.design{background:#0969da} .badge.ceiling{background:#8250df}
+tr.later td{border-top:none} tr.superseded td{color:#57606a}
 .why{color:#57606a;font-size:12px}
 .rule{color:#57606a;font-size:12px;display:block}
 details{margin:14px 0;border:1px solid #d0d7de;border-radius:8px;padding:6px 12px}
@@ -35,7 +46,15 @@ summary{cursor:pointer;font-weight:600;font-size:15px}
 .figure{margin:6px 0 18px}
 """
 
-BADGE = {"holds": "holds", "does not hold": "fails", "inconclusive": "inconclusive"}
+BADGE = {
+    "holds": "holds",
+    "does not hold": "fails",
+    "inconclusive": "inconclusive",
+    "too few seeds": "few",
+    "by design": "design",
+    "uninformative (ceiling)": "ceiling",
+    "superseded": "unmeasured",
+}
 
 
 def _e(value: Any) -> str:
@@ -55,7 +74,7 @@ def _link(href: str | None, text: str) -> str:
 def _counts_html(table: pd.DataFrame) -> str:
     c = counts(table)
     boxes = [("measured", f"{c['measured']} / {c['claims']}", "claims measured")]
-    boxes += [(BADGE[v], str(c[v]), v) for v in VERDICTS]
+    boxes += [(BADGE[v], str(c.get(v, 0)), v) for v in OUTCOMES if c.get(v)]
     cells = "".join(f"<div class='count {cls}'><b>{_e(n)}</b>{_e(label)}</div>" for cls, n, label in boxes)
     return f"<div class='counts' id='verdict-counts'>{cells}</div>"
 
@@ -71,30 +90,39 @@ def _evidence_link(row: Any, paths: Paths) -> str:
 
 def _verdict_rows(table: pd.DataFrame, paths: Paths) -> str:
     lines = []
-    for r in table[table["verdict"] != NOT_MEASURED].itertuples():
-        why = "; ".join(_e(p) for p in (r.reason, r.setting) if isinstance(p, str) and p)
+    first = ~table.duplicated(["id", "version"])
+    for r, top in zip(table.itertuples(), first, strict=True):
+        if r.verdict == NOT_MEASURED and not top:
+            continue
+        css = " ".join(c for c in ("later" if not top else "", "superseded" if r.status != "current" else "") if c)
+        claim = f"{_e(claim_text(r))}<span class='rule'>{_e(r.rule)}</span>" if top else ""
+        overall = ""
+        if top:
+            verdict = r.overall if r.status == "current" else "superseded"
+            overall = f"{_badge(verdict)} <span class='why'>{_e(overall_text(r).removeprefix(verdict))}</span>"
         lines.append(
-            "<tr>"
-            f"<td class='claim'>{_e(r.family)}: {_e(r.claim)}<span class='rule'>{_e(r.rule)}</span></td>"
-            f"<td class='num'>{_e(paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit))}</td>"
-            f"<td class='num'>{_e(ours_text(r))}</td>"
-            f"<td class='short'>{_e(seeds_text(r))}</td><td class='short'>{_e(r.preset)}</td>"
-            f"<td class='why'>{_badge(r.verdict)} <span class='why'>{why}</span></td>"
+            f"<tr class='{css}'>"
+            f"<td class='claim'>{claim}</td>"
+            f"<td class='num'>{_e(paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit)) if top else ''}</td>"
+            f"<td class='short'>{_e(r.preset)}</td><td class='num'>{_e(ours_text(r))}</td>"
+            f"<td class='short'>{_e(seeds_text(r))}</td>"
+            f"<td class='why'>{_badge(r.verdict)} <span class='why'>{_e(r.reason)}"
+            f"{'; ' + _e(r.setting) if isinstance(r.setting, str) and r.setting else ''}</span></td>"
+            f"<td class='why'>{overall}</td>"
             f"<td class='short'>{_evidence_link(r, paths)}</td>"
             "</tr>"
         )
-    head = (
-        "<tr><th>Claim and rule</th><th>Paper</th><th>Ours [95% interval]</th><th>Seeds</th><th>Preset</th>"
-    )
-    head += "<th>Verdict</th><th>Evidence</th></tr>"
+    head = "<tr><th>Claim and rule</th><th>Paper</th><th>Preset</th><th>Ours [95% interval]</th><th>Seeds</th>"
+    head += "<th>On this preset</th><th>Claim's verdict</th><th>Evidence</th></tr>"
     return f"<table class='verdicts'><thead>{head}</thead><tbody>{''.join(lines)}</tbody></table>"
 
 
 def _unmeasured(table: pd.DataFrame) -> str:
-    missing = table[table["verdict"] == NOT_MEASURED]
+    claims = table[table["status"] == "current"].drop_duplicates("id")
+    missing = claims[claims["overall"] == NOT_MEASURED]
     if missing.empty:
         return ""
-    items = "; ".join(f"{_e(r.family)}: {_e(r.claim)} ({_e(r.reason)})" for r in missing.itertuples())
+    items = "; ".join(f"{_e(r.family)}: {_e(r.claim)} ({_e(r.overall_reason)})" for r in missing.itertuples())
     return f"<p class='why'>{_badge(NOT_MEASURED)} {items}</p>"
 
 
