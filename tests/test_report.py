@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from rlq.core.jsonio import read_json
-from rlq.experiments.claims import CLAIMS
+from rlq.experiments.claim_spec import claim_specs
 from rlq.experiments.paths import repo_root
 from rlq.experiments.run_folders import new_run_dir
 from rlq.faces.cli import main
@@ -56,23 +56,23 @@ def synthetic_runs(parent: Path) -> Path:
         "medium",
         "ok",
         {
-            "estimates": {"avg_compression_gst_pct": _estimate(40.1234, 35.3, 44.9, 4)},
+            "estimates": {"avg_compression_gst_pct": _estimate(40.1234, 35.3, 44.9, 5)},
             "train_seconds": 1500.0,
         },
-        params={"seeds": [0, 1, 2, 3]},
+        params={"seeds": [0, 1, 2, 3, 4]},
         files={NOTEBOOK: "{}"},
     )
     failed = parent / "gst_classification"
     _run(
         parent, "gst_classification", "medium", "failed", {"error": f"FileNotFoundError: {failed}/x/data.npz"}
     )
-    _run(  # re-analysed: trained 1920 s in attempt 1, then `rlq run --resume DIR --rerun` took 13 s
+    _run(  # too few seeds; re-analysed: trained 1920 s in attempt 1, then `rlq run --resume DIR --rerun` took 13 s
         parent,
         "gst_td3_mujoco",
         "medium",
         "ok",
         {
-            "estimates": {"gap_gst_minus_pruning_pp": _estimate(27.243972, 12.123456, 30.249, 3)},
+            "estimates": {"gain_gst_vs_pruning_pp": _estimate(27.243972, 12.123456, 30.249, 3)},
             "run_seconds": 13.0,
         },
         params={"seeds": [0, 1, 2]},
@@ -119,42 +119,56 @@ def test_paths_are_relative_to_the_report_or_the_project(tmp_path):
     assert inside.link(repo_root() / "data" / "results" / "x") == "../data/results/x"
 
 
-def test_verdicts_come_from_the_best_run_and_the_interval_rule(report):
+CURRENT = len({s.id for s in claim_specs(current_only=True)})
+
+
+def _row(table, claim_id, preset, version=None):
+    rows = table[(table.id == claim_id) & (table.preset == preset) & ~table.replication]
+    rows = rows[rows.status == "current"] if version is None else rows[rows.version == version]
+    return rows.iloc[0]
+
+
+def test_verdicts_come_from_the_run_of_each_preset_and_the_interval_rule(report):
     _, _, runs = report
     table = claims_table(collect_runs(runs, runs.parent / "no_results"))
-    assert len(table) == len(CLAIMS)
+    specs = claim_specs()
+    assert len(table[~table.replication]) == sum(len(s.presets) for s in specs)  # every claim on every preset
     assert counts(table) == {
-        "claims": len(CLAIMS),
-        "measured": 3,
-        "holds": 1,
-        "does not hold": 1,
-        "inconclusive": 1,
-        "another setting": 0,
-    }
-    drop = table[table.metric == "int8_reward_drop"].iloc[0]
-    assert drop.verdict == "holds" and drop.n == 5 and drop.preset == "medium" and drop.unit == "%"
-    gap = table[table.experiment == "td3_mujoco"].iloc[0]
-    assert (gap.paper_low, gap.paper_high) == (25.0, 41.5)  # the paper's range from its _min/_max rows
-    assert gap.verdict == "inconclusive" and "straddles" in gap.reason
-    cifar = table[table.metric == "compression_ratio"].iloc[0]
+        "claims": CURRENT, "measured": 3, "holds": 1, "does not hold": 1, "too few seeds": 1,
+        "not measured": CURRENT - 3,
+    }  # fmt: skip
+    drop = _row(table, "quarl_ptq_int8", "medium")
+    assert drop.verdict == "holds" and drop.n == 5 and drop.unit == "%" and drop.overall == "holds"
+    gain = _row(table, "gst_td3_gain", "medium")
+    assert (gain.paper_low, gain.paper_high) == (25.0, 41.5)  # the paper's range from its _min/_max rows
+    assert gain.verdict == "too few seeds" and gain.reason == "3 of the 5 seeds the claim needs"
+    assert gain.ours == 27.243972  # the point value is shown
+    assert _row(table, "gst_td3_gain", "long").verdict == "not measured"
+    cifar = _row(table, "gst_cifar10_compression", "medium")
     assert cifar.verdict == "not measured" and cifar.reason == "no finished run"  # its only run failed
 
 
-def test_the_largest_finished_preset_wins(tmp_path):
+def test_each_preset_is_judged_and_the_longest_with_enough_seeds_decides(tmp_path):
     parent = tmp_path / "runs"
-    good = {"estimates": {"int8_reward_drop_pct": _estimate(1.0, 0.5, 2.0, 3)}}
-    bad = {"estimates": {"int8_reward_drop_pct": _estimate(50.0, 40.0, 60.0, 3)}}
-    _run(parent, "quarl_ptq", "quick", "ok", bad, finished="20261201T000000Z")
-    _run(parent, "quarl_ptq", "medium", "ok", good)
-    _run(parent, "quarl_ptq", "paper", "failed", {"error": "RuntimeError: boom"})
+    medium = {"estimates": {"reward_drop_paired_gst_vs_dense_pct": _estimate(30.0, 12.0, 60.0, 10)}}
+    long = {"estimates": {"reward_drop_paired_gst_vs_dense_pct": _estimate(2.0, -4.0, 8.0, 10)}}
+    _run(parent, "gst_td3_mujoco", "quick", "ok", long, finished="20261201T000000Z")  # not a preset of the claim
+    _run(parent, "gst_td3_mujoco", "medium", "ok", medium)
+    _run(parent, "gst_td3_mujoco", "long", "ok", long)
+    _run(parent, "gst_td3_mujoco", "paper", "failed", {"error": "RuntimeError: boom"})
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
-    row = table[table.metric == "int8_reward_drop"].iloc[0]
-    assert row.preset == "medium" and row.verdict == "holds"
-    _run(parent, "quarl_ptq", "long", "ok", bad)  # a longer budget than medium's is judged instead
-    _run(parent, "quarl_ptq", "ablation_x", "ok", good, finished="20261202T000000Z")
+    assert (_row(table, "gst_td3_reward", "medium").verdict, _row(table, "gst_td3_reward", "long").verdict) == (
+        "does not hold", "holds",
+    )  # fmt: skip
+    row = _row(table, "gst_td3_reward", "long")
+    assert row.overall == "holds" and row.decides
+    assert row.overall_reason == "decided on long; contradicted by medium (does not hold)"
+    assert set(table[table.id == "gst_td3_reward"].preset) == {"medium", "long"}
+    _run(parent, "gst_td3_mujoco", "long", "ok", medium, finished="20261202T000000Z")  # a replication
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
-    row = table[table.metric == "int8_reward_drop"].iloc[0]
-    assert row.preset == "long" and row.verdict == "does not hold"
+    rows = table[(table.id == "gst_td3_reward") & (table.preset == "long") & (table.status == "current")]
+    assert list(rows.replication) == [False, True] and list(rows.verdict) == ["does not hold", "holds"]
+    assert rows.iloc[0].run.results["finished"] == "20261202T000000Z"  # the newest answers; the other is shown
 
 
 def test_runs_table_keeps_the_training_time_of_a_reanalysed_run(report, tmp_path):
@@ -181,8 +195,8 @@ def test_the_page_leads_with_verdicts_and_holds_no_machine_path(report):
     out, text, runs = report
     page = out.read_text()
     assert page.index("verdict-counts") < page.index("class='verdicts'") < page.index("plotly")
-    assert page.count("<div class='figure'") == len({c.family for c in CLAIMS})
-    assert page.count("Plotly.newPlot") == len({c.family for c in CLAIMS})
+    assert page.count("<div class='figure'") == 2  # the families with a number: QuaRL's PTQ; GST compression
+    assert page.count("Plotly.newPlot") == 2
     assert page.count("* plotly.js v") == 1  # one inline copy of plotly.js (its banner names the version)
     assert "27.2 [12.1, 30.2] %p" in page and "1.23 [0.512, 2.04]%" in page and "27.243972" not in page
     assert "href='runs/gst_td3_mujoco/" in page and "output.ipynb'>notebook</a>" in page
@@ -193,26 +207,26 @@ def test_the_page_leads_with_verdicts_and_holds_no_machine_path(report):
         assert str(runs.parent) not in doc and str(repo_root()) not in doc
         assert not ABSOLUTE_PATH.search(doc)
     first = text.splitlines()
-    assert first[0].startswith(
-        f"3 of {len(CLAIMS)} claims measured: 1 hold, 1 do not hold, 1 inconclusive; 4 runs (1 failed)"
+    assert first[0] == (
+        f"{CURRENT} claims, 3 measured: 1 hold, 1 do not hold, 1 too few seeds, {CURRENT - 3} not measured; "
+        "4 runs (1 failed)"
     )
-    assert first[1].startswith("verdict") and sorted(line.split("  ")[0] for line in first[2:5]) == [
-        "does not hold",
-        "holds",
-        "inconclusive",
-    ]
-    assert first[5].startswith("not measured: ")
+    assert first[1].startswith("claim") and "on the preset" in first[1]
+    ptq = next(line for line in first if "PTQ: int8 reward drop" in line)
+    assert "1.23 [0.512, 2.04]%" in ptq and "5/5" in ptq and "holds (decided on medium)" in ptq
 
 
 def test_markdown_verdict_table(report):
     out, _, _ = report
     md = out.with_suffix(".md").read_text().splitlines()
-    assert md[0].startswith(f"**3 of {len(CLAIMS)} claims measured")
-    assert md[2] == "| Claim | Paper | Ours [95% interval] | Seeds | Preset | Verdict |"
+    assert md[0].startswith(f"**{CURRENT} claims, 3 measured")
+    assert md[2] == "| Claim | Paper | Ours on each preset [95% interval] | Claim's verdict |"
     rows = [line for line in md[4:] if line.startswith("| ")]
-    assert len(rows) == len(CLAIMS)
+    assert len(rows) == CURRENT  # one row per current claim, its presets side by side
     holds = next(r for r in rows if "int8 reward drop" in r)
-    assert "| 0% | 1.23 [0.512, 2.04]% | 5 | medium | **holds**" in holds
+    assert "| 0% | medium: 1.23 [0.512, 2.04]% (n = 5; needs 5), **holds** | holds (decided on medium) |" in holds
+    gain = next(r for r in rows if "gain over iterative pruning" in r)
+    assert "medium: 27.2 [12.1, 30.2] %p (n = 3; needs 5), **too few seeds**<br>long: **not measured**" in gain
 
 
 def test_the_cli_writes_markdown_on_request_and_prints_the_paths(report, tmp_path, capsys):
@@ -229,20 +243,19 @@ def test_the_cli_writes_markdown_on_request_and_prints_the_paths(report, tmp_pat
 
 def test_a_claim_measured_in_another_setting_says_so(tmp_path):
     parent = tmp_path / "runs"
-    estimates = {"gst_final_compression_pct": _estimate(69.8, 68.0, 71.0, 3)}
+    estimates = {"gst_accuracy_drop_pp": _estimate(0.5, 0.1, 1.0, 5)}
     _run(parent, "gst_classification", "medium", "ok", {"dataset": "digits", "estimates": estimates})
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
-    row = table[table.metric == "compression_ratio"].iloc[0]
+    row = _row(table, "gst_cifar10_accuracy", "medium")
     # digits cannot decide a CIFAR-10 claim: inconclusive, saying what the rule gives on digits
-    assert row.verdict == "inconclusive" and row.setting == "measured on digits, not CIFAR-10"
-    assert row.reason == "not the paper's setting; on this run the rule says holds: interval 68 to 71 >= 63.2"
-    _, text = build_report(parent, tmp_path / "r.html", tmp_path / "no_results")
-    assert "(1 in another setting)" in text.splitlines()[0]
-    # the same numbers on CIFAR-10 decide it
-    _run(parent, "gst_classification", "paper", "ok", {"dataset": "cifar10", "estimates": estimates})
+    assert row.verdict == "inconclusive" and row.setting == "dataset digits"
+    assert row.reason == (
+        "not the paper's setting (dataset is digits, not cifar10); on this run the rule says holds"
+    )
+    _run(parent, "gst_classification", "medium", "ok", {"dataset": "cifar10", "estimates": estimates},
+         finished="20261201T000000Z")  # fmt: skip
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
-    row = table[table.metric == "compression_ratio"].iloc[0]
-    assert row.verdict == "holds" and row.preset == "paper" and pd.isna(row.setting)
+    assert _row(table, "gst_cifar10_accuracy", "medium").verdict == "holds"  # the same numbers on CIFAR-10
 
 
 def test_a_finished_run_without_the_number_says_so(tmp_path):
@@ -251,8 +264,8 @@ def test_a_finished_run_without_the_number_says_so(tmp_path):
         parent, "quarl_actorq", "medium", "ok", {"speedup_int8_vs_fp32": None}
     )  # no run reached the threshold
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
-    row = table[table.metric == "end_to_end_speedup_min"].iloc[0]
-    assert row.verdict == "not measured" and row.preset == "medium" and "no number" in row.reason
+    row = _row(table, "actorq_speedup", "medium")
+    assert row.verdict == "not measured" and "no number" in row.reason
 
 
 def test_a_rerun_keeps_the_training_time_of_the_attempt_that_trained(tmp_path, monkeypatch):
@@ -278,7 +291,7 @@ def test_a_rerun_keeps_the_training_time_of_the_attempt_that_trained(tmp_path, m
 def test_a_variant_of_its_preset_answers_no_claim(tmp_path):
     """An ablation (a non-free parameter changed with -p) newer than the preset's own run does not replace it."""
     preset_run = {"seeds": [0, 1, 2], "methods": ["dense", "gst", "gst_bc_only"]}
-    good = _estimate(70.0, 69.0, 71.0, 3)
+    good = _estimate(70.0, 69.0, 71.0, 5)
     _run(
         tmp_path,
         "gst_a2c_atari",
@@ -300,18 +313,18 @@ def test_a_variant_of_its_preset_answers_no_claim(tmp_path):
     )
     records = collect_runs(tmp_path, tmp_path / "no_published_results")
     assert sorted(r.variant_of_preset == ["bc_end"] for r in records) == [False, True]
-    row = claims_table(records).set_index("metric").loc["avg_compression_ratio"]
-    row = row[row["experiment"] == "a2c_atari"].iloc[0] if row.ndim == 2 else row
-    assert row["ours"] == 70.0
+    table = claims_table(records)
+    assert _row(table, "gst_a2c_compression", "medium").ours == 70.0
+    assert len(table[(table.id == "gst_a2c_compression") & (table.preset == "medium")]) == 1
     runs = runs_table(records, Paths(tmp_path / "report.html", tmp_path))
     assert runs["status"].str.contains("variant of its preset in: bc_end").sum() == 1
 
 
 def test_a_damaged_results_file_is_listed_unreadable_and_the_report_goes_on(tmp_path):
     parent = tmp_path / "runs"
-    estimates = {"gst_final_compression_pct": _estimate(69.8, 68.0, 71.0, 3)}
+    estimates = {"gst_final_compression_pct": _estimate(69.8, 68.0, 71.0, 5)}
     good = _run(parent, "gst_classification", "medium", "ok", {"dataset": "cifar10", "estimates": estimates})
-    bad = _run(parent, "gst_classification", "paper", "ok", {})
+    bad = _run(parent, "gst_classification", "medium", "ok", {}, finished="20261201T000000Z")
     (bad / "results.json").write_text('{"status": "ok", "experi')  # cut off mid-write
     published = tmp_path / "results" / "gst_td3_mujoco" / "medium"
     published.mkdir(parents=True)
@@ -324,23 +337,16 @@ def test_a_damaged_results_file_is_listed_unreadable_and_the_report_goes_on(tmp_
     assert "results.json" in next(r for r in records if r.path == bad).results["error"]
     out, text = build_report(parent, tmp_path / "r.html", tmp_path / "results")
     assert out.exists() and "unreadable" in out.read_text()
-    row = (
-        claims_table(records)
-        .query("metric == 'compression_ratio' and family == 'GST classification'")
-        .iloc[0]
-    )
+    row = _row(claims_table(records), "gst_cifar10_compression", "medium")
     assert row.verdict == "holds" and good.name in str(row.run)
 
 
-def test_a_setting_note_is_cut_at_its_first_colon_outside_parentheses():
+def test_a_reason_is_cut_at_its_first_clause_for_the_markdown_table():
     from rlq.faces.report import _short
 
-    assert _short("a; b", "measured in the actor_bound regime: a long description")[1] == (
-        "measured in the actor_bound regime"
-    )
-    setting = "measured with a 256x256 policy, 1 update per env step (paper: 2048x3, 1/8, 4 actors)"
-    assert _short("a", setting) == ("a", setting)
-    assert _short("a", "x (paper: y): z")[1] == "x (paper: y)"
+    assert _short("decided on long; contradicted by medium") == "decided on long"
+    assert _short("measured in the actor_bound regime: a long description") == "measured in the actor_bound regime"
+    assert _short("x (paper: y): z") == "x (paper: y)"
 
 
 def test_runs_table_says_which_runs_a_merged_run_loaded_from_earlier_folders(tmp_path):

@@ -145,7 +145,12 @@ def test_a_run_with_more_seeds_loads_the_reused_runs_instead_of_training_them(tm
         retrain=["method=gst,seed=0"],
     )  # fmt: skip
     assert again.ok, again.results.get("error")
-    assert again.results["retrained"] == ["method=gst,seed=0"]
+    (replaced,) = again.results["retrained"]  # what the merge replaced, with the replaced run's numbers
+    assert replaced["run"] == "method=gst,seed=0" and replaced["source"] == str(published)
+    assert replaced["key"] == {"env_id": "Pendulum-v1", "seed": 0, "method": "gst"}
+    old = pd.read_csv(published / "summary.csv").query("method == 'gst' and seed == 0").iloc[0]
+    assert replaced["replaced"]["avg_compression_ratio"] == old["avg_compression_ratio"]
+    assert replaced["replaced"]["eval_return"] == old["eval_return"] and "wall_time_s" not in replaced["replaced"]
     assert [entry["keys"] for entry in again.results["reused"]] == [
         [{"env_id": "Pendulum-v1", "seed": 0, "method": "dense"}]
     ]

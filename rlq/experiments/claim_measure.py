@@ -120,6 +120,19 @@ def measure_table(
     return Measurement(stats.estimate(per_pair, **options), _same(per_pair), ceiling)
 
 
+def table_metric(
+    estimator: str, column: str, method: str, reference: str = "", scale: float = 1.0, by: str = "method"
+) -> ClaimSpec:
+    """Return a spec row that only says how to compute a number from a table (for a notebook's own tables)."""
+    return ClaimSpec(
+        id=f"{estimator}:{column}", label="", version=1, status="current", family="", paper="",
+        paper_experiment="", paper_metric="", experiment="", presets=("",), table="", rows=(), by=by,
+        estimator=estimator, column=column, method=method, reference=reference, scale=scale, unit="",
+        estimate="", window="", direction=">=", threshold="paper", min_seeds=1, ceiling=None, requires=(),
+        paper_setting="", parts=(),
+    )  # fmt: skip
+
+
 def recorded_estimate(spec: ClaimSpec, results: dict[str, Any]) -> Estimate | None:
     """Return the estimate a run recorded under ``spec.estimate``, or None (absent, or NaN: nothing measured)."""
     found = (normalize_method_names(results).get("estimates") or {}).get(spec.estimate)

@@ -205,6 +205,43 @@ def plan_reuse(
     return plan
 
 
+def _headline(result: Any) -> dict[str, Any]:
+    """Return a run's numbers from its summary row (compression, returns, episodes), for the record of a retrain."""
+    summary = result.get("summary") if isinstance(result, dict) else getattr(result, "summary", None)
+    if isinstance(summary, pd.DataFrame):
+        summary = summary.iloc[0].to_dict() if len(summary) else {}
+    if not isinstance(summary, dict):
+        return {}
+    out = {}
+    for k, v in summary.items():
+        v = _native(v)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "wall_time_s" and v == v:
+            out[str(k)] = v
+    return out
+
+
+def replaced_runs(
+    sources: Sequence[str | Path], experiment: str, params: dict[str, Any], retrain: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Return each run of ``sources`` that a ``retrain`` spec replaces: the spec, its source, key and numbers.
+
+    A run folder's ``results.json`` keeps this under ``retrained``, so that what a merge replaced stays on
+    record beside the run that replaced it.
+    """
+    specs = [(text, parse_run_spec(text)) for text in retrain]
+    out = []
+    for source in map(Path, sources):
+        runs = saved_runs(source) if (source / JOBS_FOLDER).is_dir() else published_runs(source)
+        for key, result in runs:
+            if not wanted(key, params):
+                continue
+            for text, spec in specs:
+                if matches(key, spec):
+                    out.append({"run": text, "source": str(source), "key": key, "replaced": _headline(result)})
+                    break
+    return out
+
+
 def save_reuse(plan: Plan, path: str | Path) -> list[dict[str, Any]]:
     """Return what was reused from each source (its path, runs, keys, training seconds), after saving the runs
     of ``plan`` in the run folder ``path``'s job store; a run the store already holds is refused."""

@@ -17,7 +17,7 @@ from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV
 from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
-from rlq.experiments.reuse import plan_reuse, save_reuse
+from rlq.experiments.reuse import plan_reuse, replaced_runs, save_reuse
 from rlq.experiments.run_folders import (
     NOTEBOOK_FILE,
     PARAMS_FILE,
@@ -165,16 +165,18 @@ def run_experiment(
 
     Every input is validated before the folder is created or a kernel starts. The finished runs of the
     folders ``reuse`` are loaded instead of trained (:mod:`rlq.experiments.reuse`), but for the runs that the
-    ``retrain`` specs name; results.json lists them under ``reused`` and the specs under ``retrained``.
+    ``retrain`` specs name; results.json lists them under ``reused``, and under ``retrained`` each replaced run
+    with its spec, source, key and headline numbers.
     """
     experiment = get_experiment(name)
     params = experiment.resolve(preset, overrides)
     experiment.check_requirements()
     plan = plan_reuse(reuse, experiment.name, params, retrain) if reuse or retrain else []
+    replaced = replaced_runs(reuse, experiment.name, params, retrain) if retrain else []
     path = create_run_dir(out, experiment.name)
     with run_folder_lock(path):
         if plan:
-            reused = {"reused": save_reuse(plan, path), **({"retrained": list(retrain)} if retrain else {})}
+            reused = {"reused": save_reuse(plan, path), **({"retrained": replaced} if retrain else {})}
             write_json(path / RESULTS_FILE, reused)
         return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
 

@@ -249,17 +249,25 @@ def paired_percent_drop(
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         raise ValueError("x and y must be finite numbers (drop the pairs that produced no score)")
     _check_options(reps, confidence)
-    aggregate = _aggregate(metric)
+    _aggregate(metric)  # an unknown metric is refused by name
+    from scipy.stats import trim_mean
 
-    def drop(xs: np.ndarray, ys: np.ndarray) -> float:
-        base = aggregate(ys[:, None])
-        return math.nan if base == 0 else 100.0 * (base - aggregate(xs[:, None])) / abs(base)
+    rows = {  # rliable's aggregates, one per row of resamples
+        "iqm": lambda m: trim_mean(m, proportiontocut=0.25, axis=1),
+        "mean": lambda m: np.mean(m, axis=1),
+        "median": lambda m: np.median(m, axis=1),
+    }[metric]
 
-    value = drop(a, b)
+    def drop(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        base = rows(ys)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(base == 0, np.nan, 100.0 * (base - rows(xs)) / np.abs(base))
+
+    value = float(drop(a[None, :], b[None, :])[0])
     if a.size == 1:
         return Estimate(value, value, value, 1)
     indices = np.random.default_rng(seed).integers(0, a.size, size=(reps, a.size))
-    draws = np.array([drop(a[i], b[i]) for i in indices])
+    draws = drop(a[indices], b[indices])
     tail = 100.0 * (1.0 - confidence) / 2.0
     lower, upper = np.nanpercentile(draws, [tail, 100.0 - tail]) if np.isfinite(draws).any() else (np.nan,) * 2
     return Estimate(float(value), float(lower), float(upper), int(a.size))

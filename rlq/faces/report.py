@@ -290,23 +290,35 @@ def text_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
     return "\n".join([*lines, *_columns(rows)])
 
 
+def _preset_cell(row: Any) -> str:
+    """Return one preset's entry of a claim's Markdown row: the preset, our number, seeds and its outcome."""
+    if row.joint or row.verdict == NOT_MEASURED:
+        parts = f" ({row.reason})" if row.joint and row.verdict != NOT_MEASURED else ""
+        return f"{row.preset}: **{row.verdict}**{parts}"
+    n = seeds_text(row).split("/")
+    seeds = f" (n = {n[0]}; needs {n[1]})" if len(n) == 2 else ""
+    return f"{row.preset}: {ours_text(row)}{seeds}, **{row.verdict}**"
+
+
 def markdown_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
-    """Return the verdict table in Markdown, fit for a README or a pull request: every claim on every preset."""
+    """Return the verdict table in Markdown, fit for a README: each current claim on every preset, side by side.
+
+    Superseded metrics and replications are in the text and HTML reports.
+    """
     lines = [
         f"**{summary_line(table, runs)}**",
         "",
-        "| Claim | Paper | Preset | Ours [95% interval] | Seeds | On this preset | Claim's verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| Claim | Paper | Ours on each preset [95% interval] | Claim's verdict |",
+        "|---|---|---|---|",
     ]
-    for r, first in zip(table.itertuples(), _first_of_claim(table), strict=True):
+    current = table[(table["status"] == "current") & ~table["replication"]]
+    for _, rows in current.groupby("id", sort=False):
+        first = next(rows.itertuples())
         cells = [
-            claim_text(r) if first else "",
-            paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit) if first else "",
-            r.preset or "",
-            ours_text(r) or "–",
-            seeds_text(r) if r.verdict != NOT_MEASURED else "",
-            f"**{r.verdict}**" + (f" ({_short(r.reason)})" if r.reason else ""),
-            overall_text(r) if first else "",
+            f"{first.family}: {first.claim}",
+            paper_text(first.paper_value, first.paper_low, first.paper_high, first.unit),
+            "<br>".join(_preset_cell(r) for r in rows.itertuples()),
+            f"{first.overall} ({_short(first.overall_reason)})",
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -105,7 +105,7 @@ def _base(spec: ClaimSpec, paper: pd.DataFrame) -> dict[str, Any]:
         "status": spec.status, "paper": spec.paper, "experiment": spec.paper_experiment,
         "metric": spec.paper_metric, "unit": spec.unit, "rule": rule_text(spec),
         "paper_value": float(row["value"]), "paper_low": low, "paper_high": high,
-        "ours_experiment": spec.experiment, "min_seeds": spec.min_seeds,
+        "ours_experiment": spec.experiment, "min_seeds": spec.min_seeds, "joint": spec.estimator == "joint",
         **dict.fromkeys(["preset", "ours", "lower", "upper", "n", "threshold", "setting", "seeds", "run"]),
         "replication": False, "verdict": NOT_MEASURED, "reason": "no finished run",
     }  # fmt: skip
@@ -190,3 +190,19 @@ def counts(table: pd.DataFrame) -> dict[str, int]:
     for outcome in claims["overall"]:
         out[outcome] = out.get(outcome, 0) + 1
     return out
+
+
+def spec_markdown() -> str:
+    """Return the claims specification as a Markdown table (the one in docs/claims.md), current metrics first."""
+    lines = [
+        "| Claim | Presets | Metric | Estimator | Holds when | Seeds | Paper's setting |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    specs = sorted(claim_specs(), key=lambda s: not s.current)
+    for s in specs:
+        name = s.label + ("" if s.current else f" (earlier metric, v{s.version})")
+        holds = f"ours {s.direction} {s.threshold}" if s.estimator != "joint" else " and ".join(s.parts)
+        seeds = str(s.min_seeds) if s.estimator != "joint" else "its parts'"
+        cells = [name, ", ".join(s.presets), s.window, f"`{s.estimator}`", holds, seeds, s.paper_setting]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from rlq.experiments import stats
+from rlq.experiments.claim_measure import measure_table, table_metric
 from rlq.experiments.gst.jobs import sweep_label
 from rlq.experiments.gst.training_runs import METHODS
 
@@ -82,8 +83,11 @@ def seed_estimates(
     """Return the claims' interval estimates over seeds (IQM, 95% interval), as ``rlq.record(estimates=...)`` takes.
 
     ``avg_compression_gst_pct`` (GST's average compression, %), ``gap_gst_minus_pruning_pp`` (GST minus
-    pruning per seed, %p), ``reward_drop_gst_vs_dense_pct`` (the drop of GST's score IQM below dense's, in % of
-    dense's: minus :func:`rlq.experiments.stats.percent_change`) and ``score_iqm_<method>`` per method. A
+    pruning on the seeds both ran, %p), ``gain_gst_vs_pruning_pp`` (the same, a fixed-schedule pruning paired
+    with every GST seed), ``reward_drop_gst_vs_dense_pct`` (the drop of GST's score IQM below dense's, in % of
+    dense's: minus :func:`rlq.experiments.stats.percent_change`), ``reward_drop_paired_gst_vs_dense_pct`` (the
+    same with seeds resampled in pairs) and ``score_iqm_<method>`` per method: the metrics of
+    ``data/claims.csv`` (:mod:`rlq.experiments.claim_measure`). A
     number whose runs are missing is left out. ``options`` go to the bootstrap (reps, confidence, seed).
     """
     score = score or score_column(summary)
@@ -100,6 +104,13 @@ def seed_estimates(
     if change is not None and not math.isnan(change.value):  # NaN: dense's IQM is 0, no scale
         drop = stats.Estimate(-change.value, -change.upper, -change.lower, change.n)
         out["reward_drop_gst_vs_dense_pct"] = drop.as_dict("%")
+    gain = measure_table(table_metric("paired_difference", "avg_compression_ratio", "gst", "pruning", 100.0),
+                         summary, **options)  # fmt: skip
+    if gain is not None:
+        out["gain_gst_vs_pruning_pp"] = gain.estimate.as_dict("%p")
+    paired = measure_table(table_metric("paired_iqm_drop", score, "gst", "dense"), summary, **options)
+    if paired is not None:
+        out["reward_drop_paired_gst_vs_dense_pct"] = paired.estimate.as_dict("%")
     for method, rows in of.items():
         values = rows[score].dropna().to_numpy()
         if len(values):
