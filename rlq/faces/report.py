@@ -292,18 +292,20 @@ def text_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
 
 def _preset_cell(row: Any) -> str:
     """Return one preset's entry of a claim's Markdown row: the preset, our number, seeds and its outcome."""
+    preset = f"{row.preset} ({row.setting})" if isinstance(row.setting, str) and row.setting else row.preset
     if row.joint or row.verdict == NOT_MEASURED:
         parts = f" ({row.reason})" if row.joint and row.verdict != NOT_MEASURED else ""
         return f"{row.preset}: **{row.verdict}**{parts}"
     n = seeds_text(row).split("/")
     seeds = f" (n = {n[0]}; needs {n[1]})" if len(n) == 2 else ""
-    return f"{row.preset}: {ours_text(row)}{seeds}, **{row.verdict}**"
+    return f"{preset}: {ours_text(row)}{seeds}, **{row.verdict}**"
 
 
 def markdown_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
     """Return the verdict table in Markdown, fit for a README: each current claim on every preset, side by side.
 
-    Superseded metrics and replications are in the text and HTML reports.
+    Each preset names what its run measured on (tasks, budget, scenario, data); the paper's setting of each
+    claim is in ``data/claims.csv``. Superseded metrics and replications are in the text and HTML reports.
     """
     lines = [
         f"**{summary_line(table, runs)}**",

@@ -61,7 +61,12 @@ def run_setting(run: RunRecord) -> str:
     """Return what the run measured on, in a few words (tasks, steps, scenario, data, network)."""
     params, results = run.params, run.results
     parts = []
-    tasks = params.get("env_ids") or params.get("tasks")
+    tasks = params.get("convergence_tasks") if results.get("convergence_setting") else None
+    tasks = list(tasks) if isinstance(tasks, dict) else tasks or params.get("env_ids") or params.get("env_id")
+    runs = params.get("runs")  # PTQ and QAT: agents as [algorithm, env_id, hyperparameters]
+    if not tasks and isinstance(runs, list):
+        tasks = [" ".join(map(str, r[:2])) for r in runs if isinstance(r, list)]
+    tasks = [tasks] if isinstance(tasks, str) else tasks
     if isinstance(tasks, list) and tasks:
         parts.append(", ".join(map(str, tasks)))
     for key in ("scenario", "dataset"):
