@@ -157,6 +157,17 @@ def test_the_environment_variable_forces_the_fallback(monkeypatch):
     assert_fp32_close(compiled(inputs()), torch_forward(model, inputs()))
 
 
+def test_without_the_compiled_module_everything_runs_in_numpy(monkeypatch):
+    monkeypatch.setattr(deploy_runtime, "_policy_kernels", None)  # as an install without a C compiler
+    assert not kernels_available()
+    model = mlp()
+    block_circulant_(model, 16)
+    compiled = compile_policy(model, "int8", use_kernels=True)
+    assert not compiled.compiled
+    _, bound = error_bound(model, compiled, inputs())
+    assert np.all(np.abs(compiled(inputs()) - torch_forward(model, inputs())) <= bound)
+
+
 def test_pruned_layers_go_block_sparse_only_where_their_zeros_fill_blocks():
     model = mlp((17, 256, 256, 256, 6))
     magnitude_prune_(model, 0.5)  # unstructured: too many blocks keep something
@@ -223,6 +234,8 @@ def test_unsupported_layers_are_named():
         broken[0].weight[0, 0] = float("nan")
     with pytest.raises(ValueError, match="layer '0' holds NaN"):
         compile_policy(broken)
+    with pytest.raises(ValueError, match="more than int32 sums hold"):
+        compile_policy(nn.Sequential(nn.Linear(70_000, 1)), "int8")
 
 
 def test_bad_options_and_inputs_are_refused():

@@ -34,6 +34,8 @@ SPARSE_BLOCKS = ((16, 4), (8, 8), (4, 16), (4, 4), (1, 64), (1, 32), (1, 16), (1
 MAX_SPARSE_DENSITY = 0.5
 """A pruned weight runs block-sparse when its kept blocks hold at most this fraction of the dense entries."""
 ACTIVATION_CODES = {"none": 0, "relu": 1, "tanh": 2}
+MAX_INT8_INPUTS = (2**31 - 1) // (255 * 127)
+"""Most inputs (or input blocks) an int8 op sums over: its int32 sums of u8 x s8 products cannot overflow."""
 ACTION_SCALING = "action scaling"
 """The name of the :class:`Affine` op that maps a continuous policy's output to its action space."""
 
@@ -160,6 +162,15 @@ class DenseF32(PackedOp):
         return self.arrays["weight"][:, : self.n_in].astype(np.float64)
 
 
+def check_int8_width(name: str, n: int) -> None:
+    """Raise ValueError when an int8 op of layer ``name`` would sum over more than :data:`MAX_INT8_INPUTS` terms."""
+    if n > MAX_INT8_INPUTS:
+        raise ValueError(
+            f"layer {name!r} sums {n} int8 products per output, more than int32 sums hold ({MAX_INT8_INPUTS}); "
+            "compile it at fp32"
+        )
+
+
 def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return ``(codes, scale, zero_point)`` of each row of ``x``, as the kernels quantize a layer's input.
 
@@ -183,6 +194,7 @@ class _Int8Rows(PackedOp):
     quantizes_activations = True
 
     def _quantize(self, spec: LinearSpec) -> np.ndarray:
+        check_int8_width(spec.name, spec.n_in)
         codes, scale, _ = quantize_to_codes(
             torch.from_numpy(spec.weight), 8, per_channel_axis=0, what=f"the weight of layer {spec.name!r}"
         )

@@ -25,7 +25,7 @@ import functools
 import numpy as np
 import torch
 
-from rlq.deploy.formats import LANES, PackedOp, activate, quantize_rows
+from rlq.deploy.formats import LANES, PackedOp, activate, check_int8_width, quantize_rows
 from rlq.deploy.reader import LinearSpec
 from rlq.quant.tensor import quantize_to_codes
 
@@ -105,6 +105,8 @@ class Circulant(PackedOp):
         self.precision = precision
         self.kernel, self.code_name = f"circulant_{precision}", PRECISIONS[precision][2]
         self.quantizes_activations = precision == "int8"
+        if self.quantizes_activations:
+            check_int8_width(spec.name, self.blocks_in)
         # the padded row is a whole number of accumulator steps: LANES floats, or I8_STEP int8 codes
         group = (I8_STEP if self.quantizes_activations else LANES) // b
         self.blocks_pad = -(-self.blocks_in // group) * group
