@@ -14,7 +14,7 @@ from setuptools import Extension, setup
 FLAGS = ["-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math"]
 # inference kernels for the machine they are built on: its vector units (AVX-512, VNNI) and fused multiply-adds;
 # no fast math (their sums run in a fixed lane order, which needs no reassociation to vectorise)
-DEPLOY_FLAGS = ["-O3", "-std=c99", "-march=native", "-ffp-contract=fast", "-fno-math-errno"]
+DEPLOY_FLAGS = ["-O3", "-std=c99", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-Wno-psabi"]
 
 setup(
     ext_modules=[

@@ -113,17 +113,18 @@ def dense_int8_reference(layer: nn.Linear, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("mask", ["dense", "blocks16x4", "blocks4x16"])
 def test_int8_layers_compute_the_documented_arithmetic(mask, use_kernels):
     torch.manual_seed(0)
-    layer = nn.Linear(256, 160)
+    layer = nn.Linear(250, 150)  # neither a whole number of blocks nor of accumulator steps
     if mask != "dense":
         rows, cols = (16, 4) if mask == "blocks16x4" else (4, 16)
-        keep = torch.rand(160 // rows, 256 // cols) < 0.1
-        prune_with_mask_(layer, "weight", keep.repeat_interleave(rows, 0).repeat_interleave(cols, 1).float())
+        keep = torch.rand(-(-150 // rows), -(-250 // cols)) < 0.1
+        full = keep.repeat_interleave(rows, 0).repeat_interleave(cols, 1).float()
+        prune_with_mask_(layer, "weight", full[:150, :250])
     compiled = compile_policy(nn.Sequential(layer), "int8", use_kernels=use_kernels)
     op = compiled.ops[0]
     assert isinstance(op, DenseI8 if mask == "dense" else SparseI8)
     if mask != "dense":
         assert op.block == (16, 4) if mask == "blocks16x4" else op.block in ((4, 16), (4, 4))
-    x = inputs(16, 256)
+    x = inputs(16, 250)
     x[3] = 0.0  # an all-zero row
     x[4] = np.abs(x[4])  # a row with no negative value
     reference = dense_int8_reference(layer, x)

@@ -9,8 +9,10 @@
  * dtype, and passes one int64 "program": a header of HEADER_WORDS words, then OP_WORDS words per op, the
  * arrays given as data pointers (the Python object keeps them alive). C99 with GCC/Clang generic vectors
  * for the float accumulators (LANES lanes, summed in a fixed order: no fast-math needed) and plain loops
- * for u8 x s8 dot products, which gcc -O3 -march=native turns into VNNI's vpdpbusd where the CPU has it;
- * the only intrinsics widen int8/int16 codes to floats on AVX2 and AVX-512, where gcc 12 would not.
+ * for u8 x s8 dot products, which gcc -O3 -march=native turns into VNNI's vpdpbusd where the CPU has it.
+ * Intrinsics only where gcc 12 does not find the instruction: widening int8/int16 codes to floats (AVX2,
+ * AVX-512) and the int8 frequency-domain sums, whose lanes are not one dot product (AVX-512 VNNI); every
+ * other machine runs plain C loops that compute the same.
  *
  * Ops (word 0; words 1-3: n_in, n_out, activation; 4-6: sizes; 7-15: pointers):
  *   DENSE_F32   y = W x + b                      W float (n_out, in_pad), in_pad = word 4

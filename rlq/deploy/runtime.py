@@ -12,8 +12,10 @@ Which kernel a layer gets (:func:`plan_layer`):
 
 The compiled module ``rlq/deploy/_policy_kernels.c`` (built by ``setup.py`` where a C compiler is present,
 with ``-march=native``) runs every op of one observation in one call. Without it, or with
-``RLQ_DEPLOY_KERNELS=0``, the same ops run in NumPy: the int8 ops give the same integer sums and agree to
-float32 rounding; the frequency-domain ops agree to :data:`rlq.deploy.bounds.FP32_RTOL`.
+``RLQ_DEPLOY_KERNELS=0``, the same ops run in NumPy: the dense and block-sparse int8 ops give the same
+integer sums and agree to float32 rounding, the float frequency-domain ops to
+:data:`rlq.deploy.bounds.FP32_RTOL`, and the int8 frequency-domain op, whose input DFTs may round to the
+next code where the two compute them in another order, within :func:`rlq.deploy.error_bound`.
 """
 
 from __future__ import annotations
