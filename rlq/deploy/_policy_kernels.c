@@ -371,30 +371,40 @@ DEFINE_MAC(mac_i16_1, int16_t, load_i16, 1)
     static void chunk_dfts_##B(const float *restrict x, int64_t n_blocks, int64_t p_pad,                  \
                                const float *restrict D, const float *restrict Ds, float *restrict X,      \
                                float *restrict Xs) {                                                      \
+        /* even and odd n summed apart: four independent multiply-add chains instead of two */           \
         for (int64_t j = 0; j < n_blocks; j++) {                                                          \
-            vdft##B acc[NB##B] = {{0}}, swp[NB##B] = {{0}};                                               \
-            for (int n = 0; n < B; n++) {                                                                 \
-                const float xn = x[j * B + n];                                                            \
+            vdft##B a0[NB##B] = {{0}}, a1[NB##B] = {{0}}, s0[NB##B] = {{0}}, s1[NB##B] = {{0}};           \
+            for (int n = 0; n < B; n += 2) {                                                              \
+                const float x0 = x[j * B + n], x1 = x[j * B + n + 1];                                     \
                 for (int k = 0; k < NB##B; k++) {                                                         \
-                    acc[k] += xn * load_dft##B(D + n * B + k * W##B);                                     \
-                    swp[k] += xn * load_dft##B(Ds + n * B + k * W##B);                                    \
+                    a0[k] += x0 * load_dft##B(D + n * B + k * W##B);                                      \
+                    a1[k] += x1 * load_dft##B(D + (n + 1) * B + k * W##B);                                \
+                    s0[k] += x0 * load_dft##B(Ds + n * B + k * W##B);                                     \
+                    s1[k] += x1 * load_dft##B(Ds + (n + 1) * B + k * W##B);                               \
                 }                                                                                         \
             }                                                                                             \
-            memcpy(X + j * B, acc, sizeof acc);                                                           \
-            memcpy(Xs + j * B, swp, sizeof swp);                                                          \
+            for (int k = 0; k < NB##B; k++) a0[k] += a1[k], s0[k] += s1[k];                               \
+            memcpy(X + j * B, a0, sizeof a0);                                                             \
+            memcpy(Xs + j * B, s0, sizeof s0);                                                            \
         }                                                                                                 \
         for (int64_t t = n_blocks * B; t < p_pad * B; t++) X[t] = 0.0f, Xs[t] = 0.0f;                     \
     }                                                                                                     \
     static void block_output_##B(const float *A, const float *restrict Ea, const float *restrict Eb,      \
                                  const float *bias, float *restrict y) {                                  \
-        vdft##B out[NB##B];                                                                               \
-        for (int k = 0; k < NB##B; k++) out[k] = bias ? load_dft##B(bias + k * W##B) : (vdft##B){0};     \
-        for (int c = 0; c < B; c++)                                                                       \
+        /* four independent chains (even and odd c, of A and of Bs), added at the end */                  \
+        vdft##B o0[NB##B] = {{0}}, o1[NB##B] = {{0}}, o2[NB##B] = {{0}}, o3[NB##B] = {{0}};               \
+        for (int c = 0; c < B; c += 2)                                                                    \
             for (int k = 0; k < NB##B; k++) {                                                             \
-                out[k] += A[c] * load_dft##B(Ea + c * B + k * W##B);                                      \
-                out[k] += A[B + c] * load_dft##B(Eb + c * B + k * W##B);                                  \
+                o0[k] += A[c] * load_dft##B(Ea + c * B + k * W##B);                                       \
+                o1[k] += A[c + 1] * load_dft##B(Ea + (c + 1) * B + k * W##B);                             \
+                o2[k] += A[B + c] * load_dft##B(Eb + c * B + k * W##B);                                   \
+                o3[k] += A[B + c + 1] * load_dft##B(Eb + (c + 1) * B + k * W##B);                         \
             }                                                                                             \
-        memcpy(y, out, sizeof out);                                                                       \
+        for (int k = 0; k < NB##B; k++) {                                                                 \
+            o0[k] += o1[k], o2[k] += o3[k], o0[k] += o2[k];                                               \
+            if (bias) o0[k] += load_dft##B(bias + k * W##B);                                              \
+        }                                                                                                 \
+        memcpy(y, o0, sizeof o0);                                                                 \
     }                                                                                                     \
     /* float lane sums (a then b, NV vectors each) to 2B components, times the scale of each component */ \
     static void fold_f32_##B(const vfloat *acc, const float *scale, float *A) {                           \
