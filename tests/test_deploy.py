@@ -198,6 +198,25 @@ def test_activations_in_a_row_flatten_identity_and_nesting():
     assert_fp32_close(compiled(x), torch_forward(model, x))
 
 
+def test_pruned_block_circulant_and_qat_layers_run_as_their_forward_does():
+    from rlq.quant.activations import attach_input_quantizers
+    from rlq.quant.qat import prepare_qat_
+
+    model = mlp()
+    block_circulant_(model, 8)
+    magnitude_prune_(model, 0.5)  # on the B-vectors: the layers stay block-circulant
+    compiled = compile_policy(model)
+    assert [op.kernel for op in compiled.ops[1:3]] == ["circulant_fp32"] * 2
+    assert_fp32_close(compiled(inputs()), torch_forward(model, inputs()))
+    prepare_qat_(model, 4)  # the B rows of a block row hold the same values: one scale, still circulant
+    compiled = compile_policy(model)
+    assert compiled.ops[1].kernel == "circulant_fp32"
+    assert_fp32_close(compiled(inputs()), torch_forward(model, inputs()))
+    attach_input_quantizers(model, 8)
+    with pytest.raises(TypeError, match=r"layer '0' has forward hooks \(_quantize_input\)"):
+        compile_policy(model)
+
+
 def test_a_batch_is_its_rows():
     model = mlp()
     block_circulant_(model, 8)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import prune
 
 from rlq.compress import block_size_of, circulant_vectors, is_block_circulant
 from rlq.compress.block_circulant import BlockCirculantWeight
@@ -106,8 +107,20 @@ def _circulant_vectors(layer: nn.Linear) -> torch.Tensor | None:
     return vectors if torch.equal(expand_circulant(vectors), weight) else None
 
 
+def _check_hooks(name: str, layer: nn.Linear) -> None:
+    """Raise TypeError when hooks change the layer's forward beyond a pruning mask (QAT's input quantizers)."""
+    pre = [h for h in layer._forward_pre_hooks.values() if not isinstance(h, prune.BasePruningMethod)]
+    post = [h for h in layer._forward_hooks.values() if getattr(h, "__module__", "") != "rlq.compress.masks"]
+    if pre or post:
+        raise TypeError(
+            f"layer {name!r} has forward hooks ({', '.join(getattr(h, '__name__', type(h).__name__) for h in pre + post)}) "
+            "that rlq.deploy would not run, e.g. QAT's input quantizers: convert or remove them first"
+        )
+
+
 def read_linear(name: str, layer: nn.Linear) -> LinearSpec:
     """Return the :class:`LinearSpec` of one ``nn.Linear`` (plain, pruned or rlq block-circulant)."""
+    _check_hooks(name, layer)
     with torch.no_grad():
         vectors = _circulant_vectors(layer)
         weight = expand_circulant(vectors) if vectors is not None else _effective_weight(layer)
