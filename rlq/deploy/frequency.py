@@ -9,13 +9,22 @@ The op stores every ``V_ij`` in half-complex order, B real numbers per block (bi
 ``[Re V[0], Re V[1], ..., Re V[h-1], Re V[h], Im V[1], ..., Im V[h-1]]`` with ``h = B/2``. A call takes the
 DFT of each input chunk once, by a direct B x B product with a table of cosines and sines (:func:`dft_tables`;
 for B <= 32 this is cheaper than an FFT's bookkeeping), accumulates the complex products of every block with
-two lane-wise multiply-adds (:mod:`rlq/deploy/_policy_kernels.c`), and takes one inverse DFT per output
+two lane-wise multiply-adds (``rlq/deploy/_policy_kernels.c``), and takes one inverse DFT per output
 chunk, also by a table. A block costs ``2B`` multiply-adds where its dense form costs ``B * B``.
 
-Precision of the stored DFTs: float32, or integer codes (int8 or int16) with one symmetric scale per block
-row and half-complex component (``out`` scales a layer, like per-output-channel dense int8): the scale of
-component ``c`` of block row ``i`` is ``max_j |V_ij[c]| / 127`` (``/ 32767`` at 16 bits). The input stays in
-float32. Block sizes that divide 32 and are even run here: 2, 4, 8, 16, 32.
+Precision of the stored DFTs (``circulant_precision``):
+
+- ``"fp32"``: float32 DFTs, float32 input DFTs.
+- ``"int16"``: int16 codes, float32 input DFTs (weights-only quantization, for accuracy).
+- ``"int8"``: int8 codes, and the input's DFTs quantized per row to uint8 on the fly (the rule of
+  :func:`rlq.deploy.formats.quantize_rows`), so that every block's products are exact int32 sums, four
+  codes at a time (AVX-512 VNNI's ``vpdpbusd``), as the dense int8 kernel's are.
+
+Codes have one symmetric scale per block row and half-complex component (``out`` scales a layer, as many
+as per-output-channel dense int8): component ``c`` of block row ``i`` is scaled by ``max_j |V_ij[c]| / 127``
+(``/ 32767`` at 16 bits). Such a scale is shared by every block ``j`` the row sums over, so it multiplies
+the finished sum, and the inner loop is codes times input only; a scale per block ``(i, j)`` would need a
+multiply per block inside the sum. Block sizes that divide 32 and are even run here: 2, 4, 8, 16, 32.
 """
 
 from __future__ import annotations
