@@ -7,6 +7,8 @@ The layers (docs: STYLE.md, "Layers"), bottom to top:
   no notebook or UI code, and not each other.
 - ``rlq.rl``: environments, agents, evaluation, seeding, parallel jobs (Gymnasium and SB3 glue).
 - ``rlq.sb3``, ``rlq.actorq``, ``rlq.vision``: the integrations; side by side, so not each other.
+- ``rlq.deploy``: the compiled runtime for compressed policies; reads the transforms' layers and SB3's
+  action path.
 - ``rlq.experiments``: registry, runner, run folders, results, paper numbers, claims, figures.
 - ``rlq.faces``: the CLI, report and widgets; nothing outside it imports it.
 
@@ -31,7 +33,8 @@ RLQ = Path(__file__).resolve().parent.parent / "rlq"
 _BOTTOM = {"rlq.core"}
 _TRANSFORMS = _BOTTOM | {"rlq.compress", "rlq.quant"}
 _RL = _TRANSFORMS | {"rlq.rl"}
-_BELOW_EXPERIMENTS = _RL | {"rlq.sb3", "rlq.actorq", "rlq.vision"}
+_INTEGRATIONS = _RL | {"rlq.sb3", "rlq.actorq", "rlq.vision"}
+_BELOW_EXPERIMENTS = _INTEGRATIONS | {"rlq.deploy"}
 
 #: package -> the rlq packages its modules may import (itself included)
 MAY_IMPORT: dict[str, set[str]] = {
@@ -42,6 +45,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "rlq.sb3": _RL | {"rlq.sb3"},
     "rlq.actorq": _RL | {"rlq.actorq"},
     "rlq.vision": _RL | {"rlq.vision"},
+    "rlq.deploy": _INTEGRATIONS | {"rlq.deploy"},
     "rlq.experiments": _BELOW_EXPERIMENTS | {"rlq.experiments"},
     "rlq.faces": _BELOW_EXPERIMENTS | {"rlq.experiments", "rlq.faces"},
 }

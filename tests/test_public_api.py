@@ -52,7 +52,9 @@ def test_the_callbacks_and_the_statistics_are_importable_by_their_public_names()
         rlq.sb3.NoSuchCallback  # noqa: B018
 
 
-@pytest.mark.parametrize("package", ["rlq.compress", "rlq.quant", "rlq.sb3", "rlq.stats", "rlq.claims"])
+@pytest.mark.parametrize(
+    "package", ["rlq.compress", "rlq.quant", "rlq.sb3", "rlq.deploy", "rlq.stats", "rlq.claims"]
+)
 def test_all_lists_what_a_user_calls_and_nothing_internal(package):
     import importlib
 

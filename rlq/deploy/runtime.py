@@ -1,0 +1,216 @@
+"""``compile_policy``: a compressed actor as one call to compiled kernels, each layer in its stored form.
+
+Which kernel a layer gets (:func:`plan_layer`):
+
+- a block-circulant layer (rlq's parametrization, B in 2, 4, 8, 16, 32) runs in the frequency domain
+  (:class:`rlq.deploy.frequency.Circulant`) at ``circulant_precision`` (float32, int8 or int16 DFTs);
+  another B runs as a dense layer of its expansion;
+- at ``precision="int8"``, a pruned layer whose zeros fill whole blocks runs block-sparse
+  (:class:`rlq.deploy.formats.SparseI8`, block shape by :func:`rlq.deploy.formats.choose_block` or
+  ``sparse_block``), every other layer dense int8 (:class:`rlq.deploy.formats.DenseI8`);
+- at ``precision="fp32"``, every other layer runs as a float32 matrix (:class:`rlq.deploy.formats.DenseF32`).
+
+The compiled module ``rlq/deploy/_policy_kernels.c`` (built by ``setup.py`` where a C compiler is present,
+with ``-march=native``) runs every op of one observation in one call. Without it, or with
+``RLQ_DEPLOY_KERNELS=0``, the same ops run in NumPy: the dense and block-sparse int8 ops give the same
+integer sums and agree to float32 rounding, the float frequency-domain ops to
+:data:`rlq.deploy.bounds.FP32_RTOL`, and the int8 frequency-domain op, whose input DFTs may round to the
+next code where the two compute them in another order, within :func:`rlq.deploy.error_bound`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rlq.core.kernels import kernels_switched_on
+from rlq.deploy.formats import (
+    ACTION_SCALING,
+    MAX_SPARSE_DENSITY,
+    SPARSE_BLOCKS,
+    Affine,
+    DenseF32,
+    DenseI8,
+    PackedOp,
+    SparseI8,
+    check_block,
+    choose_block,
+    kept_blocks,
+)
+from rlq.deploy.frequency import KERNEL_BLOCK_SIZES, PRECISIONS, Circulant
+from rlq.deploy.reader import LinearSpec, OutputSpec, read_policy
+
+try:  # built by setup.py where a C compiler is present; optional
+    from rlq.deploy import _policy_kernels
+except ImportError:  # pragma: no cover - depends on the install
+    _policy_kernels = None
+
+USE_KERNELS = kernels_switched_on("RLQ_DEPLOY_KERNELS")
+"""Whether compiled policies use the compiled kernels when they are built (``RLQ_DEPLOY_KERNELS=0`` to compare)."""
+LAYER_PRECISIONS = ("fp32", "int8")
+
+
+def kernels_available() -> bool:
+    """Return whether the compiled policy kernels (``rlq/deploy/_policy_kernels.c``) were built with this install."""
+    return _policy_kernels is not None
+
+
+def plan_layer(
+    spec: LinearSpec,
+    precision: str,
+    circulant_precision: str,
+    sparse_block: tuple[int, int] | None,
+    max_sparse_density: float,
+) -> PackedOp:
+    """Return the op one layer runs as (see the module docstring for the rule)."""
+    if spec.kind == "activation":
+        return Affine.identity(spec.name, spec.n_out, spec.activation)
+    if spec.vectors is not None and spec.vectors.shape[2] in KERNEL_BLOCK_SIZES:
+        return Circulant(spec, circulant_precision)
+    if precision == "fp32":
+        return DenseF32(spec)
+    nonzero = spec.weight != 0
+    if sparse_block is not None:
+        density = float(kept_blocks(nonzero, sparse_block).mean())
+        return SparseI8(spec, sparse_block) if density <= max_sparse_density else DenseI8(spec)
+    block = choose_block(nonzero, SPARSE_BLOCKS, max_sparse_density) if not nonzero.all() else None
+    return DenseI8(spec) if block is None else SparseI8(spec, block)
+
+
+class CompiledPolicy:
+    """A policy compiled by :func:`compile_policy`: call it on a float32 ``(batch, obs_dim)`` array.
+
+    ``policy(obs)`` returns what SB3's deterministic ``predict`` returns for a batch (actions scaled or
+    clipped to the action space; argmax for discrete actions), or the network's output for an
+    ``nn.Sequential``; :meth:`outputs` the network's output before any argmax. ``ops`` lists the packed
+    layers; ``compiled`` says whether the C kernels run them (else NumPy does).
+    """
+
+    def __init__(self, ops: list[PackedOp], output: OutputSpec, obs_dim: int, use_kernels: bool):
+        self.ops = ops
+        self.output = output
+        self.obs_dim = obs_dim
+        self.out_dim = ops[-1].n_out
+        self.compiled = bool(use_kernels and _policy_kernels is not None)
+        self._program = self._build_program() if self.compiled else None
+        self._program_ptr = 0 if self._program is None else int(self._program.__array_interface__["data"][0])
+
+    def _build_program(self) -> np.ndarray:
+        c = _policy_kernels.constants()
+        words = [c["VERSION"], len(self.ops), self.obs_dim, self.out_dim]
+        width = max(max(op.work_floats() for op in self.ops), self.obs_dim) + c["LANES"]
+        nbytes = max([op.work_bytes() for op in self.ops] + [0])
+        words += [width, nbytes] + [0] * (c["HEADER_WORDS"] - 6)
+        for op in self.ops:
+            words += op.words(c, c["OP_WORDS"])
+        return np.array(words, dtype=np.int64)
+
+    def _check(self, obs: Any) -> np.ndarray:
+        if not isinstance(obs, np.ndarray):
+            raise TypeError(f"a compiled policy takes a numpy float32 array, got {type(obs).__name__}")
+        if obs.dtype != np.float32:
+            raise TypeError(f"a compiled policy takes float32 observations, got dtype {obs.dtype}")
+        if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
+            raise ValueError(
+                f"a compiled policy takes observations of shape (batch, {self.obs_dim}), got {obs.shape}"
+            )
+        return obs if obs.flags.c_contiguous else np.ascontiguousarray(obs)
+
+    def outputs(self, obs: np.ndarray) -> np.ndarray:
+        """Return the network's float32 output ``(batch, out)`` for ``obs`` (continuous actions already scaled)."""
+        obs = self._check(obs)
+        if self._program is not None:
+            out = np.empty((obs.shape[0], self.out_dim), np.float32)
+            _policy_kernels.forward(self._program_ptr, obs, out, obs.shape[0])
+            return out
+        x = obs
+        for op in self.ops:
+            x = op.forward(x)
+        return x
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """Return the actions (or outputs) for a float32 batch ``(batch, obs_dim)``; see the class docstring."""
+        out = self.outputs(obs)
+        kind = self.output.kind
+        if kind == "argmax":
+            return out.argmax(axis=1)
+        if kind == "multi_argmax":
+            splits = np.split(out, np.cumsum(self.output.nvec)[:-1], axis=1)
+            return np.stack([s.argmax(axis=1) for s in splits], axis=1)
+        if kind == "binary":
+            return (out > 0).astype(np.int64)
+        return out
+
+    @property
+    def weight_bytes(self) -> int:
+        """Return the bytes of weights, scales, indices, DFT tables and biases one call reads."""
+        return sum(op.weight_bytes() for op in self.ops)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Return one row per op: name, kernel (with its block shape or B), in, out, activation, bytes."""
+        return [
+            dict(
+                name=op.name,
+                kernel=op.describe(),
+                n_in=op.n_in,
+                n_out=op.n_out,
+                activation=op.activation,
+                weight_bytes=op.weight_bytes(),
+            )
+            for op in self.ops
+        ]
+
+    def __repr__(self) -> str:
+        kernels = ", ".join(op.describe() for op in self.ops)
+        return f"CompiledPolicy({self.obs_dim} -> {self.out_dim}, compiled={self.compiled}, ops=[{kernels}])"
+
+
+def _check_options(precision: str, circulant_precision: str | None, max_sparse_density: float) -> str:
+    if precision not in LAYER_PRECISIONS:
+        raise ValueError(f"precision must be one of {LAYER_PRECISIONS}, got {precision!r}")
+    circulant = circulant_precision or precision
+    if circulant not in PRECISIONS:
+        raise ValueError(
+            f"circulant_precision must be one of {tuple(PRECISIONS)}, got {circulant_precision!r}"
+        )
+    if not 0.0 <= max_sparse_density <= 1.0:
+        raise ValueError(f"max_sparse_density must be in [0, 1], got {max_sparse_density}")
+    return circulant
+
+
+def compile_policy(
+    policy: Any,
+    precision: str = "fp32",
+    *,
+    circulant_precision: str | None = None,
+    sparse_block: Sequence[int] | None = None,
+    max_sparse_density: float = MAX_SPARSE_DENSITY,
+    use_kernels: bool | None = None,
+) -> CompiledPolicy:
+    """Return a :class:`CompiledPolicy` that computes ``policy``'s actions with batch-1 CPU kernels.
+
+    ``policy``: an ``nn.Sequential`` (nested ones included) of ``nn.Linear`` (plain, pruned, or rlq
+    block-circulant), ``nn.ReLU``, ``nn.Tanh``, ``nn.Flatten`` and ``nn.Identity``; or a Stable-Baselines3
+    model or policy (A2C, PPO, DQN, TD3, DDPG, SAC with a flat Box observation space), whose action path is
+    compiled with SB3's deterministic post-processing. It is read once; later changes to it are not seen.
+
+    ``precision``: how layers that are not block-circulant are stored, ``"fp32"`` or ``"int8"`` (weights
+    per output channel, inputs quantized per row on the fly; pruned layers block-sparse where their zeros
+    fill blocks: ``sparse_block`` forces a ``(rows, inputs)`` block shape, ``max_sparse_density`` is the
+    largest fraction of kept blocks worth it). ``circulant_precision``: the block-circulant layers' stored
+    DFTs, ``"fp32"``, ``"int8"`` or ``"int16"`` (default: ``precision``).
+
+    ``use_kernels``: None uses the compiled kernels where built (see :data:`USE_KERNELS`); False forces the
+    NumPy fallback. Unsupported layers and spaces raise a ``TypeError`` naming them. How close the result is
+    to the PyTorch forward: :func:`rlq.deploy.error_bound`.
+    """
+    circulant = _check_options(precision, circulant_precision, max_sparse_density)
+    block = None if sparse_block is None else check_block(tuple(sparse_block))
+    specs, output = read_policy(policy)
+    ops = [plan_layer(spec, precision, circulant, block, max_sparse_density) for spec in specs]
+    if output.kind == "continuous":
+        ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
+    kernels = USE_KERNELS if use_kernels is None else bool(use_kernels)
+    return CompiledPolicy(ops, output, specs[0].n_in, kernels)

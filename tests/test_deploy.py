@@ -1,0 +1,280 @@
+"""rlq.deploy's compiled policies against the PyTorch forward of the same modules, kernels on and off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlq.compress import block_circulant_, circulant_vectors, magnitude_prune_
+from rlq.compress.masks import prune_with_mask_
+from rlq.deploy import FP32_RTOL, compile_policy, error_bound, kernels_available
+from rlq.deploy import runtime as deploy_runtime
+from rlq.deploy.formats import DenseI8, SparseI8
+from rlq.deploy.frequency import Circulant
+
+BLOCK_SIZES = (2, 4, 8, 16, 32)
+PRECISIONS = [("fp32", None), ("int8", None), ("int8", "int16"), ("fp32", "int8")]
+
+
+def mlp(widths=(17, 64, 64, 64, 6), last=nn.Tanh, seed=0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for a, b in zip(widths[:-1], widths[1:], strict=True):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1], last())
+
+
+def torch_forward(module: nn.Module, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return module(torch.from_numpy(x)).numpy()
+
+
+def inputs(n=32, dim=17, seed=1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+
+
+def expand_by_loops(vectors: torch.Tensor) -> torch.Tensor:
+    """Return the dense weight entry by entry from rlq's definition weight[iB+r, jB+c] = v[i, j, (r-c) mod B]."""
+    n_out, n_in, b = vectors.shape
+    weight = torch.empty(n_out * b, n_in * b)
+    for r in range(b):
+        for c in range(b):
+            weight[r::b, c::b] = vectors[:, :, (r - c) % b]
+    return weight
+
+
+def assert_fp32_close(y: np.ndarray, ref: np.ndarray) -> None:
+    """float32 storage: within FP32_RTOL of the largest output magnitude."""
+    scale = max(1.0, float(np.abs(ref).max()))
+    np.testing.assert_allclose(y, ref, rtol=0, atol=FP32_RTOL * scale)
+
+
+@pytest.fixture(params=[True, False], ids=["kernels", "fallback"])
+def use_kernels(request):
+    if request.param and not kernels_available():
+        pytest.skip("rlq.deploy._policy_kernels is not built")
+    return request.param
+
+
+def test_the_kernels_are_built():
+    # make venv (pip install -e .) compiles them; without a C compiler compiled policies run in NumPy
+    assert kernels_available(), "rlq.deploy._policy_kernels was not built (no C compiler?)"
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_frequency_domain_layer_is_rlqs_dense_expansion(block_size, use_kernels):
+    # the circulant convention: one block-circulant Linear against its expansion entry by entry
+    torch.manual_seed(block_size)
+    layer = nn.Linear(64, 96)
+    block_circulant_(nn.Sequential(layer), block_size, skip_first_last=False)
+    x = inputs(9, 64)
+    expected = x @ expand_by_loops(circulant_vectors(layer).detach()).numpy().T + layer.bias.detach().numpy()
+    compiled = compile_policy(nn.Sequential(layer), use_kernels=use_kernels)
+    assert isinstance(compiled.ops[0], Circulant) and compiled.compiled == use_kernels
+    assert_fp32_close(compiled(x), expected)
+    assert_fp32_close(compiled(x), torch_forward(nn.Sequential(layer), x))
+
+
+@pytest.mark.parametrize("precision,circulant", PRECISIONS)
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_outputs_are_within_the_documented_bound(precision, circulant, block_size, use_kernels):
+    model = mlp()
+    block_circulant_(model, block_size)
+    compiled = compile_policy(model, precision, circulant_precision=circulant, use_kernels=use_kernels)
+    x = inputs()
+    y, ref = compiled(x), torch_forward(model, x)
+    exact, bound = error_bound(model, compiled, x)
+    assert np.all(np.abs(y - ref) <= bound), float(np.max(np.abs(y - ref) - bound))
+    assert np.all(np.abs(ref - exact) <= bound)  # PyTorch's own float32 rounding is within the allowance
+    if precision == "fp32" and circulant is None:
+        assert_fp32_close(y, ref)
+    else:
+        assert 0 < np.abs(y - ref).max() < 0.05 * np.abs(ref).max()  # quantized, and not broken
+
+
+def dense_int8_reference(layer: nn.Linear, x: np.ndarray) -> np.ndarray:
+    """The documented int8 arithmetic in PyTorch: weights per output row, input rows asymmetric uint8."""
+    w = layer.weight.detach()
+    w_scale = w.abs().amax(dim=1, keepdim=True) / 127
+    w_scale = torch.where(w_scale > 0, w_scale, torch.ones_like(w_scale))  # an all-zero row
+    w_hat = torch.round(w / w_scale).clamp(-127, 127) * w_scale
+    t = torch.from_numpy(x)
+    lo, hi = t.amin(dim=1, keepdim=True).clamp(max=0), t.amax(dim=1, keepdim=True).clamp(min=0)
+    s = (hi - lo) / 255
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    z = torch.round(-lo / s).clamp(0, 255)
+    x_hat = (torch.clamp(torch.round(t / s) + z, 0, 255) - z) * s
+    return F.linear(x_hat.double(), w_hat.double(), layer.bias.detach().double()).float().numpy()
+
+
+@pytest.mark.parametrize("mask", ["dense", "blocks16x4", "blocks4x16"])
+def test_int8_layers_compute_the_documented_arithmetic(mask, use_kernels):
+    torch.manual_seed(0)
+    layer = nn.Linear(250, 150)  # neither a whole number of blocks nor of accumulator steps
+    if mask != "dense":
+        rows, cols = (16, 4) if mask == "blocks16x4" else (4, 16)
+        keep = torch.rand(-(-150 // rows), -(-250 // cols)) < 0.1
+        full = keep.repeat_interleave(rows, 0).repeat_interleave(cols, 1).float()
+        prune_with_mask_(layer, "weight", full[:150, :250])
+    compiled = compile_policy(nn.Sequential(layer), "int8", use_kernels=use_kernels)
+    op = compiled.ops[0]
+    assert isinstance(op, DenseI8 if mask == "dense" else SparseI8)
+    if mask != "dense":
+        assert op.block == (16, 4) if mask == "blocks16x4" else op.block in ((4, 16), (4, 4))
+    x = inputs(16, 250)
+    x[3] = 0.0  # an all-zero row
+    x[4] = np.abs(x[4])  # a row with no negative value
+    reference = dense_int8_reference(layer, x)
+    np.testing.assert_allclose(compiled(x), reference, rtol=0, atol=1e-5 * np.abs(reference).max())
+
+
+def test_kernels_and_fallback_agree_on_every_kernel():
+    if not kernels_available():
+        pytest.skip("rlq.deploy._policy_kernels is not built")
+    model = mlp((17, 128, 128, 128, 128, 6))
+    block_circulant_(model[2], 8, skip_first_last=False)
+    rows = torch.rand(128 // 16, 128 // 4) < 0.2
+    prune_with_mask_(model[4], "weight", rows.repeat_interleave(16, 0).repeat_interleave(4, 1).float())
+    x = inputs()
+    for precision, circulant in PRECISIONS:
+        fast = compile_policy(model, precision, circulant_precision=circulant)
+        slow = compile_policy(model, precision, circulant_precision=circulant, use_kernels=False)
+        assert fast.compiled and not slow.compiled
+        assert [op.kernel for op in fast.ops] == [op.kernel for op in slow.ops]
+        _, bound = error_bound(model, fast, x)
+        assert np.all(np.abs(fast(x) - slow(x)) <= 2 * bound)
+        if circulant != "int8":  # int8 DFT codes may round the other way at a boundary (float order)
+            np.testing.assert_allclose(fast(x), slow(x), rtol=0, atol=1e-5)
+
+
+def test_the_environment_variable_forces_the_fallback(monkeypatch):
+    monkeypatch.setattr(deploy_runtime, "USE_KERNELS", False)
+    model = mlp()
+    compiled = compile_policy(model)
+    assert not compiled.compiled
+    assert_fp32_close(compiled(inputs()), torch_forward(model, inputs()))
+
+
+def test_without_the_compiled_module_everything_runs_in_numpy(monkeypatch):
+    monkeypatch.setattr(deploy_runtime, "_policy_kernels", None)  # as an install without a C compiler
+    assert not kernels_available()
+    model = mlp()
+    block_circulant_(model, 16)
+    compiled = compile_policy(model, "int8", use_kernels=True)
+    assert not compiled.compiled
+    _, bound = error_bound(model, compiled, inputs())
+    assert np.all(np.abs(compiled(inputs()) - torch_forward(model, inputs())) <= bound)
+
+
+def test_pruned_layers_go_block_sparse_only_where_their_zeros_fill_blocks():
+    model = mlp((17, 256, 256, 256, 6))
+    magnitude_prune_(model, 0.5)  # unstructured: too many blocks keep something
+    assert [op.kernel for op in compile_policy(model, "int8").ops[:3]] == ["dense_int8"] * 3
+    model = mlp((17, 256, 256, 256, 6))
+    keep = torch.rand(256 // 16, 256 // 4) < 0.05
+    prune_with_mask_(model[2], "weight", keep.repeat_interleave(16, 0).repeat_interleave(4, 1).float())
+    op = compile_policy(model, "int8").ops[1]
+    assert isinstance(op, SparseI8) and op.block == (16, 4)
+    assert op.weight_bytes() < 0.15 * 256 * 256
+    forced = compile_policy(model, "int8", sparse_block=(1, 4)).ops[1]
+    assert isinstance(forced, SparseI8) and forced.block == (1, 4)
+    assert isinstance(compile_policy(model, "fp32").ops[1], type(compile_policy(mlp(), "fp32").ops[1]))
+
+
+def test_activations_in_a_row_flatten_identity_and_nesting():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Flatten(),
+        nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Tanh()),
+        nn.Identity(),
+        nn.Linear(32, 3, bias=False),
+    )
+    x = inputs(4, 5)
+    compiled = compile_policy(model)
+    assert [op.kernel for op in compiled.ops] == ["dense_fp32", "affine", "dense_fp32"]
+    assert_fp32_close(compiled(x), torch_forward(model, x))
+
+
+def test_pruned_block_circulant_and_qat_layers_run_as_their_forward_does():
+    from rlq.quant.activations import attach_input_quantizers
+    from rlq.quant.qat import prepare_qat_
+
+    model = mlp()
+    block_circulant_(model, 8)
+    magnitude_prune_(model, 0.5)  # on the B-vectors: the layers stay block-circulant
+    compiled = compile_policy(model)
+    assert [op.kernel for op in compiled.ops[1:3]] == ["circulant_fp32"] * 2
+    assert_fp32_close(compiled(inputs()), torch_forward(model, inputs()))
+    prepare_qat_(model, 4)  # the B rows of a block row hold the same values: one scale, still circulant
+    compiled = compile_policy(model)
+    assert compiled.ops[1].kernel == "circulant_fp32"
+    assert_fp32_close(compiled(inputs()), torch_forward(model, inputs()))
+    attach_input_quantizers(model, 8)
+    with pytest.raises(TypeError, match=r"layer '0' has forward hooks \(_quantize_input\)"):
+        compile_policy(model)
+
+
+def test_a_batch_is_its_rows():
+    model = mlp()
+    block_circulant_(model, 8)
+    compiled = compile_policy(model, "int8")
+    x = inputs(7)
+    rows = np.concatenate([compiled(x[i : i + 1]) for i in range(len(x))])
+    np.testing.assert_array_equal(compiled(x), rows)
+    assert compiled(x[:0]).shape == (0, 6)
+
+
+def test_weight_bytes_count_the_stored_forms():
+    model = mlp((17, 512, 512, 512, 6))
+    dense = compile_policy(model, "int8").weight_bytes
+    block_circulant_(model, 16)
+    circulant = compile_policy(model, "int8").weight_bytes
+    assert circulant < 0.2 * dense  # two of the 512x512 layers stored as B-vectors' DFTs
+    assert compile_policy(model, "fp32").weight_bytes > circulant
+    rows = compile_policy(model, "int8").describe()
+    assert [r["kernel"] for r in rows][1:3] == ["circulant_int8 B=16"] * 2
+
+
+def test_unsupported_layers_are_named():
+    with pytest.raises(TypeError, match=r"unsupported layer '1' \(ELU\)"):
+        compile_policy(nn.Sequential(nn.Linear(3, 4), nn.ELU()))
+    with pytest.raises(TypeError, match=r"'0' \(Conv2d\)"):
+        compile_policy(nn.Sequential(nn.Conv2d(1, 2, 3)))
+    with pytest.raises(TypeError, match="nn.Sequential or a Stable-Baselines3"):
+        compile_policy(nn.Linear(3, 4))
+    with pytest.raises(TypeError, match="before any nn.Linear"):
+        compile_policy(nn.Sequential(nn.ReLU(), nn.Linear(3, 4)))
+    with pytest.raises(TypeError, match="no nn.Linear"):
+        compile_policy(nn.Sequential(nn.Identity()))
+    broken = nn.Sequential(nn.Linear(3, 4))
+    with torch.no_grad():
+        broken[0].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="layer '0' holds NaN"):
+        compile_policy(broken)
+    with pytest.raises(ValueError, match="more than int32 sums hold"):
+        compile_policy(nn.Sequential(nn.Linear(70_000, 1)), "int8")
+
+
+def test_bad_options_and_inputs_are_refused():
+    model = mlp()
+    with pytest.raises(ValueError, match="precision must be one of"):
+        compile_policy(model, "int4")
+    with pytest.raises(ValueError, match="circulant_precision"):
+        compile_policy(model, circulant_precision="fp16")
+    with pytest.raises(ValueError, match="sparse block shape"):
+        compile_policy(model, "int8", sparse_block=(0, 4))
+    compiled = compile_policy(model)
+    with pytest.raises(TypeError, match="float32 observations, got dtype float64"):
+        compiled(inputs().astype(np.float64))
+    with pytest.raises(ValueError, match=r"shape \(batch, 17\), got \(17,\)"):
+        compiled(inputs()[0])
+    with pytest.raises(ValueError, match=r"got \(2, 16\)"):
+        compiled(inputs()[:2, :16])
+    with pytest.raises(TypeError, match="numpy float32 array, got list"):
+        compiled([[0.0] * 17])
+    assert compiled(np.asfortranarray(inputs())).shape == (32, 6)  # non-contiguous input is copied
+    with pytest.raises(ValueError, match="not compiled from this module"):
+        error_bound(mlp((17, 32, 6)), compiled, inputs())
