@@ -133,7 +133,13 @@ def test_evaluating_adds_a_point_and_redraws_every_figure(agent):
     )
     assert reward.layout.xaxis.type == "log" and "32 dense" in reward.layout.xaxis.ticktext
     size = tuner.figures["size"].layout.yaxis
-    assert size.type == "log" and size.dtick == 1  # labelled at powers of ten only
+    assert size.type == "log" and list(size.ticktext) == [f"{t:g}" for t in size.tickvals]
+    assert {f"{t / 10 ** math.floor(math.log10(t)):.3g}" for t in size.tickvals} <= {
+        "1",
+        "2",
+        "5",
+    }  # 1-2-5 only
+    assert 10 ** size.range[0] <= min(size.tickvals) and max(size.tickvals) <= 10 ** size.range[1]
     assert "mlp_extractor.policy_net.2" in tuner.figures["layers"].data[0].x
     # what JupyterLab shows and restores on a reload: the same figure as the Output's plain-JSON output
     (shown,) = tuner.views["reward"].output.outputs

@@ -126,6 +126,15 @@ def layer_figure(point: dict[str, Any] | None) -> go.Figure:
     return fig
 
 
+def log_ticks(low: float, high: float) -> list[float]:
+    """Return 1, 2 and 5 times each power of ten within ``[low, high]``: a log axis's labels, one size each
+    (Plotly's own labels a short log axis at 2 to 9 of every decade as well, in small type)."""
+    ticks = []
+    for power in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
+        ticks += [m * 10.0**power for m in (1, 2, 5) if low <= m * 10.0**power <= high]
+    return ticks
+
+
 def size_figure(point: dict[str, Any] | None) -> go.Figure:
     """Return the weights' stored size of the current point beside dense fp32, in KiB on a log axis."""
     fig = _base("Weights stored (KiB, log)", SIZE_SIZE, showlegend=False)
@@ -142,8 +151,10 @@ def size_figure(point: dict[str, Any] | None) -> go.Figure:
     )
     top = math.log10(max(sizes) * 4)
     bottom = math.log10(max(min(sizes) / 4, 1e-3))
-    # labels at powers of ten only: Plotly labels 2 and 5 of every decade of a short log axis
-    fig.update_yaxes(type="log", range=[bottom, top], title="KiB", dtick=1)
+    ticks = log_ticks(10**bottom, 10**top)
+    fig.update_yaxes(
+        type="log", range=[bottom, top], title="KiB", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks]
+    )
     return fig
 
 
