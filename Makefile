@@ -3,18 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LAB_OVERRIDES := tools/jupyterlab/overrides.json
 
 .PHONY: venv reproduce test lint clean-venv football
 
 venv: $(STAMP)
 
 # torch 2.13.0 (CPU, from local disk) first; then rlq[all,dev] constrained so nothing swaps torch for a CUDA build.
-$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard rlq/*/*.c)
+# JupyterLab's settings overrides (tools/jupyterlab/overrides.json): no news prompt over the figures, no update check.
+$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard rlq/*/*.c) $(LAB_OVERRIDES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rlq)" >/dev/null
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp $(LAB_OVERRIDES) $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
 # the report is built even when an experiment failed (it lists failed runs); the exit status is reproduce's

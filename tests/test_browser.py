@@ -1,8 +1,10 @@
 """The sparsity tuner in real JupyterLab, used as a person uses it, through headless Chromium (Playwright).
 
-Run all, change the method and a slider, save and reload the page: the figures must still hold every point,
-and the "current" star must sit at the return the status line states. The notebook runs at its committed
-(quick) parameters, so the test also checks that compression moves the quick agent's return.
+Run all, change the method and a slider, train and cancel, save and reload the page: the figures must still
+hold every point, the "current" star must sit at the return the status line states, the controls must show
+the starred setting after Run All's sweep, and the status line must fit its column. The notebook runs at its
+committed (quick) parameters, so the test also checks that compression moves the quick agent's return.
+JupyterLab starts with the settings overrides ``make venv`` installs (no news prompt over the figures).
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from pathlib import Path
 import papermill as pm
 import pytest
 
-from rlq.faces.widgets import STATUS_CLASS
+from rlq.faces.widgets import STATUS_CLASS, TunerSettings
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "sparsity_tuner.ipynb"
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK = REPO / "notebooks" / "sparsity_tuner.ipynb"
+LAB_OVERRIDES = REPO / "tools" / "jupyterlab" / "overrides.json"
+"""JupyterLab's settings overrides, which ``make venv`` copies to ``<venv>/share/jupyter/lab/settings``."""
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -69,14 +74,39 @@ def _wait_for_server(url: str, timeout: float = 90) -> None:
 #: about -100 dense and below -800 at 95% sparsity, where a task without a trade-off scores one value
 MIN_RETURN_SPREAD = 200.0
 
-#: the reward figure's plotly.js state, read from the page
+#: the reward figure's plotly.js state, read from the page: every explored trace's points (the star is the
+#: trace named "current", drawn last) and how many markers are drawn
 _REWARD = """() => {
   const gd = [...document.querySelectorAll('.js-plotly-plot')]
     .find(g => g.layout && g.layout.title && String(g.layout.title.text).startsWith('Return vs bits'));
   if (!gd) return null;
-  return {x: Array.from(gd.data[0].x), y: Array.from(gd.data[0].y), star: Array.from(gd.data[1].y),
-          xtype: gd.layout.xaxis.type, points: gd.querySelectorAll('.scatterlayer .trace:first-child .points path').length};
+  const explored = gd.data.filter(t => t.name !== 'current');
+  const star = gd.data.find(t => t.name === 'current');
+  const groups = [...gd.querySelectorAll('.scatterlayer .trace')].slice(0, explored.length);
+  return {x: explored.flatMap(t => Array.from(t.x)), y: explored.flatMap(t => Array.from(t.y)),
+          names: explored.map(t => t.name), colours: explored.map(t => t.marker.color),
+          symbols: explored.map(t => t.marker.symbol), star: Array.from(star.y),
+          star_label: star.customdata && star.customdata.length ? star.customdata[0][0] : null,
+          xtype: gd.layout.xaxis.type, points: groups.reduce((n, g) => n + g.querySelectorAll('.points path').length, 0)};
 }"""
+#: the controls' values as the page shows them
+_CONTROLS = """() => {
+  const find = (selector, text) => [...document.querySelectorAll(selector)].find(e => e.textContent.includes(text));
+  const choice = text => { const s = find('.widget-dropdown', text).querySelector('select');
+                           return s.options[s.selectedIndex].textContent; };
+  const readout = text => find('.widget-slider', text).querySelector('.widget-readout').textContent.trim();
+  return {method: choice('method'), block_size: choice('block size B'), bits: choice('bits'),
+          sparsity: readout('sparsity'), s_shift: readout('S_shift'),
+          skip_first_last: document.querySelector('.widget-checkbox input').checked};
+}"""
+#: the status line's text and sizes (its widget and the HTML inside it), and the train button's top
+_STATUS_BOX = f"""() => {{
+  const el = document.querySelector('.{STATUS_CLASS}');
+  const inner = el.querySelector('.widget-html-content') || el;
+  const button = [...document.querySelectorAll('button')].find(b => b.textContent.includes('train with these'));
+  return {{text: el.innerText, boxes: [el, inner].map(e => [e.scrollWidth, e.clientWidth, e.scrollHeight, e.clientHeight]),
+          bottom: el.getBoundingClientRect().bottom, button_top: button.getBoundingClientRect().top}};
+}}"""
 _STATUS = re.compile(r"return (-?\d+(?:\.\d+)?)")
 
 
@@ -88,11 +118,15 @@ def _start_lab(root: Path, runs: Path) -> tuple[subprocess.Popen, str]:
         f"--ServerApp.root_dir={root}",
         f"--IdentityProvider.token={token}",
     ]
+    # a fresh configuration folder (first-start user settings) holding the overrides make venv installs
+    labconfig = root.parent / "jupyter_config" / "labconfig"
+    labconfig.mkdir(parents=True)
+    shutil.copy(LAB_OVERRIDES, labconfig / "default_setting_overrides.json")
     server = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "RLQ_RUNS": str(runs)},
+        env={**os.environ, "RLQ_RUNS": str(runs), "JUPYTER_CONFIG_DIR": str(labconfig.parent)},
     )
     _wait_for_server(f"http://127.0.0.1:{port}/api/status?token={token}")
     return server, f"http://127.0.0.1:{port}/lab/tree/tuner.ipynb?token={token}"
@@ -126,6 +160,32 @@ def _idle(page, timeout_ms: int = 180_000) -> None:
     page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=timeout_ms)
 
 
+def _status_when(page, text: str, timeout_s: float = 120) -> dict:
+    """Return the status line's box once its text holds ``text``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        box = page.evaluate(_STATUS_BOX)
+        if text in box["text"] or time.monotonic() > deadline:
+            return box
+        time.sleep(0.2)
+
+
+def _train_and_cancel(page, seen: dict) -> None:
+    """Press "train with these settings", then cancel; record the buttons and the status line at each step."""
+    train = page.get_by_role("button", name="train with these settings")
+    cancel = page.get_by_role("button", name="cancel", exact=True)
+    train.click()
+    seen["training"] = _status_when(page, "Folder:")
+    seen["training_buttons"] = (train.is_disabled(), cancel.is_disabled())
+    cancel.click()
+    seen["cancelled"] = _status_when(page, "training cancelled")
+    page.wait_for_function(
+        "() => ![...document.querySelectorAll('button')].find(b => b.textContent.includes('train with these')).disabled",
+        timeout=60_000,
+    )
+    seen["cancelled_buttons"] = (train.is_disabled(), cancel.is_disabled())
+
+
 def _use_the_tuner(page, url: str, shots: Path) -> dict:
     """Do what a person does; return what the page showed at each step."""
     seen = {}
@@ -141,13 +201,16 @@ def _use_the_tuner(page, url: str, shots: Path) -> dict:
     page.wait_for_selector("[data-mime-type='text/html'] table", timeout=wait)
     _idle(page, wait)
     seen["run_all"] = page.evaluate(_REWARD)
+    seen["run_all_controls"] = page.evaluate(_CONTROLS)
+    seen["run_all_status"] = page.evaluate(_STATUS_BOX)
+    seen["news"] = page.locator(".Toastify__toast", has_text=re.compile("news", re.IGNORECASE)).count()
     page.locator(".widget-dropdown", has_text="method").locator("select").select_option("gst")
     seen["method"] = _reward(page, 6)
     seen["method_status"] = _status_return(page, seen["method"]["star"][0])
     seen["method"] = page.evaluate(_REWARD)
     handle = page.locator(".widget-slider", has_text="sparsity").locator(".noUi-handle")
     handle.focus()
-    page.keyboard.press("ArrowRight")  # sparsity 0.5 -> 0.55 under GST: a new point
+    page.keyboard.press("ArrowLeft")  # sparsity 0.95 (the sweep's last) -> 0.90 under GST: a new point
     seen["slider"] = _reward(page, 7)
     seen["slider_status"] = _status_return(page, seen["slider"]["star"][0])
     seen["slider"] = page.evaluate(_REWARD)
@@ -161,9 +224,18 @@ def _use_the_tuner(page, url: str, shots: Path) -> dict:
     seen["reload"] = _reward(page, 7)
     seen["reload_status"] = _status_return(page, seen["reload"]["star"][0])
     seen["reload"] = page.evaluate(_REWARD)
+    _train_and_cancel(page, seen)  # the status line names the training from here on, not the star's point
     page.screenshot(path=str(shots / "after_reload.png"), full_page=True)
     seen["errors"] = page.locator("[data-mime-type='application/vnd.jupyter.error']").count()
     return seen
+
+
+def _fits(box: dict) -> bool:
+    """Whether the status line shows all its text: nothing scrolls out of it, and it ends above the button."""
+    return (
+        all(sw <= cw and sh <= ch for sw, cw, sh, ch in box["boxes"])
+        and box["bottom"] <= box["button_top"] + 1
+    )
 
 
 def test_the_tuner_keeps_its_points_across_a_reload_in_jupyterlab(tmp_path):
@@ -195,8 +267,29 @@ def test_the_tuner_keeps_its_points_across_a_reload_in_jupyterlab(tmp_path):
     assert max(run_all["y"]) - min(run_all["y"]) > MIN_RETURN_SPREAD, run_all["y"]
     assert len(set(run_all["x"])) == 5  # bits per weight tell every explored point apart
     assert len(method["y"]) == 6 and len(slider["y"]) == 7
+    # one colour per method, and the legend names each method and precision once
+    assert sorted(slider["names"]) == ["gst, 32 bit", "none, 32 bit", "pruning, 32 bit"]
+    assert len(set(slider["colours"])) == 3
+    # after Run All the controls show the setting the star marks (the sweep's last), as the status names it
+    shown = seen["run_all_controls"]
+    controls = TunerSettings(
+        method=shown["method"], block_size=int(shown["block_size"]), sparsity=float(shown["sparsity"]),
+        s_shift=float(shown["s_shift"]), skip_first_last=shown["skip_first_last"], bits=int(shown["bits"]),
+    )  # fmt: skip
+    assert controls.label() == run_all["star_label"] == "pruning s=0.95, 32 bit"
+    assert seen["run_all_status"]["text"].startswith(run_all["star_label"])
     # the star is at the return the status line states (to its one decimal)
     for figure, status in ((method, "method_status"), (slider, "slider_status"), (reload, "reload_status")):
         assert figure["star"][0] == pytest.approx(seen[status], abs=0.051)
+    assert slider["star_label"] == "gst B=4 s=0.90, 32 bit"
+    # training: the train button waits, cancel stops it; the status with its folder fits its column
+    assert seen["training_buttons"] == (True, False) and seen["cancelled_buttons"] == (False, True)
+    # the folder relative to the notebook's folder (tmp/lab), not the absolute path
+    assert (
+        "Folder: ../runs/interactive/" in seen["cancelled"]["text"]
+        and str(tmp_path) not in seen["cancelled"]["text"]
+    )
+    for box in ("run_all_status", "training", "cancelled"):
+        assert _fits(seen[box]), (box, seen[box])
     assert reload["x"] == slider["x"] and reload["y"] == slider["y"]  # every point survives the reload
-    assert seen["errors"] == 0
+    assert seen["errors"] == 0 and seen["news"] == 0

@@ -303,8 +303,11 @@ def test_latency_measured_after_training_from_the_deployed_files(agents, tmp_pat
 def test_run_folder_refuses_other_settings(tmp_path):
     check_run_config(tmp_path, {"seed": 0, "steps": 10})
     check_run_config(tmp_path, {"seed": 0, "steps": 10})  # the same settings: resumes
-    with pytest.raises(ValueError, match="steps"):
+    with pytest.raises(ValueError, match="steps: 10, now 20"):
         check_run_config(tmp_path, {"seed": 0, "steps": 20})
+    check_run_config(tmp_path / "b", {"net": [8, 8]})
+    with pytest.raises(ValueError, match=r"net\[1\]: 8, now 16; lr: unset, now 0.1"):  # each difference named
+        check_run_config(tmp_path / "b", {"net": [8, 16], "lr": 0.1})
 
 
 def test_interrupted_seed_resumes_from_its_checkpoint(tmp_path):

@@ -77,6 +77,23 @@ def test_saved_results_are_loaded_and_only_the_jobs_without_one_run_again(tmp_pa
     assert third == second and third.loaded == [0, 1, 2, 3]
 
 
+def test_a_saved_result_that_no_longer_stands_for_its_job_runs_again(tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    jobs = [{"a": 7, "b": b, "keys": {"n": n}, "calls": str(calls)} for n, b in enumerate((2, 3))]
+    run_jobs(counted_divmod, jobs, store=tmp_path / "jobs")
+    jobs[1]["b"] = 4  # same keys, another job: the caller says its saved result no longer stands
+    again = run_jobs(
+        counted_divmod,
+        jobs,
+        store=tmp_path / "jobs",
+        keep_saved=lambda job, saved: saved == divmod(7, job["b"]),
+    )
+    assert list(again) == [(3, 1), (1, 3)] and again.loaded == [0]
+    assert sorted(p.name for p in calls.iterdir()) == ["0-1", "1-1", "1-2"]
+    assert run_jobs(counted_divmod, jobs, store=tmp_path / "jobs").loaded == [0, 1]  # the new result is saved
+
+
 def test_a_damaged_saved_result_runs_again(tmp_path):
     store = ResultStore(tmp_path)
     path = store.save({"seed": 0}, 42)

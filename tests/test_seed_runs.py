@@ -84,3 +84,51 @@ def test_trains_the_cells_callbacks_and_resumes_from_the_finished_runs(tmp_path)
         .drop(columns="wall_time_s")
         .equals(tables["summary"].drop(columns="wall_time_s"))
     )
+
+
+def test_a_changed_gst_knob_is_refused_naming_it_and_a_changed_evaluation_is_evaluated_again(tmp_path):
+    """The notebook's cells run twice in one kernel, one run folder: what was changed is never loaded as it was."""
+    from rlq.experiments.gst.training_runs import SETTINGS_FILE
+    from rlq.rl.parallel import JobsFailed
+
+    agent = Agent("TD3", hyperparams={"learning_starts": 50, "batch_size": 16, "buffer_size": 300,
+                                      "policy_kwargs": {"net_arch": [16, 16]}})  # fmt: skip
+    args = dict(env_ids=["Pendulum-v1"], seeds=[0], total_timesteps=200, out=tmp_path)
+
+    def built(s_shift: float) -> dict:
+        return {
+            "dense": CompressionCallback(log_every=50),
+            "gst": GSTCallback(bc_end=0.5, s_shift=s_shift, prune_every=40, log_every=50),
+        }
+
+    results, tables = run_seeds(agent, built(0.25), eval_episodes=1, **args)
+    gst_folder = tmp_path / "runs" / "Pendulum-v1__gst__0"
+    assert (gst_folder / SETTINGS_FILE).is_file()
+    assert results[1]["settings"]["training"]["callback"]["gst"]["s_shift"] == 0.25
+    checkpoints = sorted(p.name for p in (gst_folder / "checkpoints").iterdir())
+    with pytest.raises(JobsFailed, match=r"callback\.gst\.s_shift: 0\.25, now 1\.0") as refused:
+        run_seeds(agent, built(1.0), eval_episodes=1, **args)
+    assert [f.keys["method"] for f in refused.value.failures] == ["gst"]  # dense is as it was: loaded
+    assert sorted(p.name for p in (gst_folder / "checkpoints").iterdir()) == checkpoints  # untouched
+    # only the evaluation changed: the finished runs are evaluated again from their checkpoints, not retrained
+    again, tables_again = run_seeds(agent, built(0.25), eval_episodes=2, **args)
+    assert [r["settings"]["evaluation"]["eval_episodes"] for r in again] == [2, 2]
+    assert list(tables_again["summary"]["timesteps"]) == [200, 200]
+    assert list(tables_again["summary"]["resumed_from"]) == [200, 200]
+    assert tables_again["summary"]["eval_return"].tolist() != tables["summary"]["eval_return"].tolist()
+    assert tables_again["summary"]["avg_compression_ratio"].equals(tables["summary"]["avg_compression_ratio"])
+
+
+def test_settings_name_functions_and_objects_alike_in_every_process():
+    import torch
+
+    from rlq.core.jsonio import plain_json
+
+    class Noise:
+        pass
+
+    settings = {"activation_fn": torch.nn.ReLU, "schedule": plain_json, "noise": Noise(), "arch": (64, 64)}
+    shown = plain_json(settings)
+    assert shown["activation_fn"] == "torch.nn.modules.activation.ReLU" and shown["arch"] == [64, 64]
+    assert shown["schedule"] == "rlq.core.jsonio.plain_json" and "0x" not in shown["noise"]
+    assert plain_json({**settings, "noise": Noise()}) == shown  # another object of the same kind: equal

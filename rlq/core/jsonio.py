@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
@@ -58,3 +59,68 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
         json.dump(data, f, indent=2, sort_keys=False)
         f.write("\n")
     os.replace(tmp, path)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable_name(value: Any) -> str:
+    """Return a name of ``value`` that is the same in every process: a function's or class's qualified name,
+    else its repr without memory addresses."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    return _ADDRESS.sub("", repr(value))
+
+
+def plain_json(value: Any) -> Any:
+    """Return ``value`` as plain JSON data (:func:`json_safe`), anything else JSON cannot hold as a stable name.
+
+    Two processes building the same settings get equal values, so settings can be compared across runs.
+    """
+    return json.loads(json.dumps(json_safe(value), default=_stable_name))
+
+
+def differences(saved: Any, now: Any, path: str = "") -> list[str]:
+    """Return where two JSON values differ, one line each with both values, e.g. ``gst.s_shift: 0.25, now 1.0``.
+
+    Dicts are compared key by key (``a.b``); lists of equal length item by item (``a[1]``).
+    """
+    if isinstance(saved, dict) and isinstance(now, dict):
+        found = []
+        for key in [*saved, *(k for k in now if k not in saved)]:
+            where = f"{path}.{key}" if path else str(key)
+            if key not in now:
+                found.append(f"{where}: {saved[key]!r}, now unset")
+            elif key not in saved:
+                found.append(f"{where}: unset, now {now[key]!r}")
+            else:
+                found += differences(saved[key], now[key], where)
+        return found
+    if isinstance(saved, list) and isinstance(now, list) and len(saved) == len(now):
+        return [
+            d
+            for i, (a, b) in enumerate(zip(saved, now, strict=True))
+            for d in differences(a, b, f"{path}[{i}]")
+        ]
+    return [] if saved == now else [f"{path or 'value'}: {saved!r}, now {now!r}"]
+
+
+def check_settings(path: str | Path, settings: dict[str, Any], advice: str = "") -> None:
+    """Write ``settings`` (JSON data) to ``path`` the first time; after that, raise ValueError if they differ.
+
+    The error names every difference (:func:`differences`) with the saved value and the new one, then
+    ``advice`` (what to do instead).
+    """
+    path = Path(path)
+    settings = plain_json(settings)
+    if path.is_file():
+        saved = read_json(path, what_to_do="delete it to record the settings anew")
+        changed = differences(saved, settings)
+        if changed:
+            raise ValueError(
+                f"{path.parent.name} was trained with other settings ({'; '.join(changed)}): resuming it "
+                f"would mix two configurations.{' ' + advice if advice else ''} Folder: {path.parent}"
+            )
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, settings)

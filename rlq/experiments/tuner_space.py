@@ -57,7 +57,7 @@ SETTING_RANGES: dict[str, SettingRange] = {
     # 0.95 keeps one weight in twenty: beyond it every agent tried here had collapsed
     "sparsity": SettingRange(min=0.0, max=0.95, step=0.05),
     "s_shift": SettingRange(min=0.0, max=1.0, step=0.25),
-    # 32: fp32, 16: fp16, else simulated integer weights of that many bits (rlq.quant.ptq)
+    # 32: fp32, 16: fp16, else simulated integer weights of that many bits, one scale per output row (rlq.quant.ptq)
     "bits": SettingRange(choices=(32, 16, 8, 6, 4, 3, 2)),
 }
 """Every ranged setting of :class:`TunerSettings`, its allowed values (``skip_first_last`` is a bool)."""
@@ -88,7 +88,7 @@ class TunerSettings:
     skip_first_last: bool = True
     """Keep each network's first and last layer dense."""
     bits: int = 32
-    """Weight precision: 32 (fp32), 16 (fp16) or N for simulated N-bit integer weights."""
+    """Weight precision: 32 (fp32), 16 (fp16) or N for simulated N-bit integer weights (a scale per output row)."""
 
     def __post_init__(self) -> None:
         for name in SETTING_RANGES:

@@ -42,8 +42,33 @@ def _base(title: str, size: tuple[int, int], **layout: Any) -> go.Figure:
     return fig
 
 
+METHOD_COLOURS = {"none": "#555555", "block_circulant": "#1f77b4", "pruning": "#ff7f0e", "gst": "#2ca02c"}
+"""Marker colour of each compression method in the return figure (the star is crimson)."""
+BIT_SYMBOLS = {
+    32: "circle",
+    16: "square",
+    8: "diamond",
+    6: "triangle-up",
+    4: "triangle-down",
+    3: "cross",
+    2: "x",
+}
+"""Marker symbol of each weight precision in the return figure."""
+CURRENT = "current"
+"""Name of the return figure's star trace (the point the status line names)."""
+
+
+def explored_traces(fig: go.Figure) -> list[Any]:
+    """Return the return figure's traces of explored points: every trace but the star."""
+    return [trace for trace in fig.data if trace.name != CURRENT]
+
+
 def reward_figure(points: list[dict[str, Any]], current: int | None) -> go.Figure:
-    """Return the mean return of every explored point over its bits per weight, the current one starred."""
+    """Return the mean return of every explored point over its bits per weight, the current one starred.
+
+    One trace per method and precision: the colour is the method (:data:`METHOD_COLOURS`), the symbol the
+    weight precision (:data:`BIT_SYMBOLS`); the star is the trace named :data:`CURRENT`, drawn last.
+    """
     fig = _base(
         "Return vs bits per weight (every explored setting)",
         REWARD_SIZE,
@@ -63,21 +88,28 @@ def reward_figure(points: list[dict[str, Any]], current: int | None) -> go.Figur
         "%{customdata[0]}<br>return %{y:.1f}<br>%{x:.2f} bits per weight<br>"
         "compression ratio %{customdata[1]:.1%}<br>%{customdata[2]:.2f} KiB stored<extra></extra>"
     )
-    fig.add_scatter(
-        x=bits,
-        y=[p["mean_return"] for p in points],
-        mode="markers",
-        name="explored",
-        marker=dict(size=9, opacity=0.8),
-        customdata=[[p["label"], p["compression_ratio"], p["stored_bytes"] / 1024] for p in points],
-        hovertemplate=hover,
-    )
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for point in points:
+        groups.setdefault((point["method"], point["bits"]), []).append(point)
+    for (method, width), group in groups.items():
+        fig.add_scatter(
+            x=[p["bits_per_weight"] for p in group],
+            y=[p["mean_return"] for p in group],
+            mode="markers",
+            name=f"{method}, {width} bit",
+            marker=dict(
+                size=10, opacity=0.85, color=METHOD_COLOURS.get(method, "black"),
+                symbol=BIT_SYMBOLS.get(width, "circle"), line=dict(width=1, color="white"),
+            ),
+            customdata=[[p["label"], p["compression_ratio"], p["stored_bytes"] / 1024] for p in group],
+            hovertemplate=hover,
+        )  # fmt: skip
     star = [points[current]] if current is not None else []
     fig.add_scatter(
         x=[p["bits_per_weight"] for p in star],
         y=[p["mean_return"] for p in star],
         mode="markers",
-        name="current",
+        name=CURRENT,
         marker=dict(size=18, symbol="star", color="crimson", line=dict(width=1, color="black")),
         customdata=[[p["label"], p["compression_ratio"], p["stored_bytes"] / 1024] for p in star],
         hovertemplate=hover,
@@ -92,6 +124,15 @@ def layer_figure(point: dict[str, Any] | None) -> go.Figure:
     fig.add_bar(x=[row["name"] for row in rows], y=[row["ratio"] for row in rows], name="compression")
     fig.update_xaxes(tickangle=30, tickfont=dict(size=9))
     return fig
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Return 1, 2 and 5 times each power of ten within ``[low, high]``: a log axis's labels, one size each
+    (Plotly's own labels a short log axis at 2 to 9 of every decade as well, in small type)."""
+    ticks = []
+    for power in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
+        ticks += [m * 10.0**power for m in (1, 2, 5) if low <= m * 10.0**power <= high]
+    return ticks
 
 
 def size_figure(point: dict[str, Any] | None) -> go.Figure:
@@ -110,8 +151,15 @@ def size_figure(point: dict[str, Any] | None) -> go.Figure:
     )
     top = math.log10(max(sizes) * 4)
     bottom = math.log10(max(min(sizes) / 4, 1e-3))
-    fig.update_yaxes(type="log", range=[bottom, top], title="KiB")
+    ticks = log_ticks(10**bottom, 10**top)
+    fig.update_yaxes(
+        type="log", range=[bottom, top], title="KiB", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks]
+    )
     return fig
+
+
+COMPRESSION_TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Ticks of the learning-curve figure's compression axis (its own, not aligned to the return axis's grid)."""
 
 
 def training_figure(
@@ -119,31 +167,52 @@ def training_figure(
     returns: list[tuple[int, float]],
     compression: list[tuple[int, float]],
     label: str,
+    final: tuple[int, float, int] | None = None,
 ) -> go.Figure:
-    """Return the episode returns of "train with these settings" beside the dense reference's learning curve."""
+    """Return the episode returns of "train with these settings" beside the dense reference's learning curve.
+
+    ``returns`` and the reference are training episodes (exploration included); ``final``, when given, is
+    ``(step, mean return, episodes)`` of the trained policy's own evaluation, drawn as one marker. The
+    reference is dashed and drawn over this run's line: both start with the same seeded random warm-up,
+    where their curves coincide.
+    """
     fig = _base(
         "Learning curve: train with these settings, beside the dense agent's",
         TRAINING_SIZE,
         xaxis_title="environment steps",
         yaxis_title="episode return",
-        yaxis2=dict(title="compression ratio", overlaying="y", side="right", range=[0, 1], showgrid=False),
+        yaxis2=dict(
+            title="compression ratio", overlaying="y", side="right", range=[0, 1], showgrid=False,
+            tickmode="array", tickvals=list(COMPRESSION_TICKS), tickformat=".0%",
+        ),
         legend=dict(orientation="h", y=-0.25, x=0),
+    )  # fmt: skip
+    fig.add_scatter(
+        x=[s for s, _ in returns],
+        y=[r for _, r in returns],
+        mode="lines+markers",
+        name=f"this run, training episodes: {label}"
+        if label
+        else "this run (press 'train with these settings')",
+        line=dict(color="crimson"),
     )
     if reference is not None and len(reference):
         fig.add_scatter(
             x=list(reference["timestep"]),
             y=list(reference["episode_return"]),
             mode="lines",
-            name="dense reference (the tuned agent's training)",
-            line=dict(color="gray"),
+            name="dense reference, training episodes (the tuned agent's)",
+            line=dict(color="dimgray", dash="dash", width=2),
         )
-    fig.add_scatter(
-        x=[s for s, _ in returns],
-        y=[r for _, r in returns],
-        mode="lines+markers",
-        name=f"this run: {label}" if label else "this run (press 'train with these settings')",
-        line=dict(color="crimson"),
-    )
+    if final is not None:
+        step, mean_return, episodes = final
+        fig.add_scatter(
+            x=[step],
+            y=[mean_return],
+            mode="markers",
+            name=f"this run's final policy, evaluated ({episodes} seeded episodes)",
+            marker=dict(size=14, symbol="diamond", color="crimson", line=dict(width=1, color="black")),
+        )
     fig.add_scatter(
         x=[s for s, _ in compression],
         y=[c for _, c in compression],

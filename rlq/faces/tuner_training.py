@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import html
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,11 +14,14 @@ from stable_baselines3.common.callbacks import BaseCallback
 from rlq.experiments.run_folders import new_run_dir, utc_stamp, write_json
 from rlq.experiments.tuner_space import TunerSettings
 from rlq.rl.episodes import finished_episodes
+from rlq.rl.evaluate import evaluate
 
 if TYPE_CHECKING:
     from rlq.faces.widgets import SparsityTuner
 
 EXPERIMENT = "sparsity_tuner_train"
+LAST_EPISODES = 10
+"""Training episodes whose mean return is the run's ``final_train_return``."""
 
 
 def training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
@@ -49,6 +52,32 @@ def training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | None
     return "gst", gst, None
 
 
+def training_label(settings: TunerSettings) -> str:
+    """Return what "train with these settings" trains, in words, e.g. ``GST B=4, s=0.50, S_shift 1.00, fp32``.
+
+    Training is always in fp32 (the bits only apply to the tuner's evaluations), and the sparsity is the
+    target of the schedule (of the B-vectors under GST), reached over training.
+    """
+    method, gst, pruning = training_method(settings)
+    layers = "" if settings.skip_first_last else ", all layers"
+    if method == "dense":
+        return "dense, fp32"
+    if method == "pruning":
+        return f"pruning to s={settings.sparsity:.2f}{layers}, fp32"
+    if settings.method == "block_circulant":
+        return f"block-circulant B={settings.block_size}{layers}, fp32"
+    return f"GST B={settings.block_size}, s={settings.sparsity:.2f}, S_shift {settings.s_shift:.2f}{layers}, fp32"
+
+
+def short_path(path: Path) -> str:
+    """Return ``path`` relative to the current directory when it lies below it, else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        relative = os.path.relpath(path)
+        return relative if len(relative) < len(str(path)) else str(path)
+
+
 def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
     """Return the run folder of ``type(tuner.model)`` trained ``steps`` with the tuner's current settings.
 
@@ -56,7 +85,12 @@ def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
     tuner's block size, S_shift, target sparsity, skipped layers and hyperparameters, on the tuner's
     environment. The folder is a normal run folder: ``params.json``, ``results.json``, ``history.csv``,
     ``curve.csv`` and checkpoints. The tuner's training figure shows the episode returns as they come,
-    beside its dense reference curve.
+    beside its dense reference curve. The finished policy is then evaluated as the tuner evaluates a
+    point (``tuner.n_episodes`` deterministic episodes seeded ``tuner.seed``, ``tuner.seed + 1``, ...):
+    that evaluation (``eval_return``) and the mean of the last training episodes
+    (``final_train_return``, exploration included) are two numbers, and the status line names both.
+    ``tuner.train_cancel``, once set, stops the training at its next step: the folder keeps a checkpoint
+    at that step and ``results.json`` says ``cancelled``.
     """
     from rlq.experiments.gst import train_compressed
 
@@ -64,6 +98,7 @@ def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
     algo = type(tuner.model).__name__
     method, gst, pruning = training_method(settings)
     folder = new_run_dir(tuner.runs_dir, EXPERIMENT)
+    shown = short_path(folder)
     hyperparams = json.loads(json.dumps(tuner.hyperparams, default=repr))  # schedules and noise as text
     params = {
         "algorithm": algo,
@@ -76,9 +111,9 @@ def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
     started = {"status": "running", "experiment": EXPERIMENT, "preset": None, "started": utc_stamp()}
     write_json(folder / "results.json", started)
     tuner.train_progress.max, tuner.train_progress.value = steps, 0
-    tuner.training_returns, tuner.training_compression = [], []
-    tuner.training_label = f"{method}, {settings.label()}"
-    tuner.status.value = html.escape(f"training {algo} with {method} into {folder}")
+    tuner.training_returns, tuner.training_compression, tuner.training_final = [], [], None
+    tuner.training_label = training_label(settings)
+    tuner.show_status(f"training {algo}: {tuner.training_label}. Folder: {shown}")
     live = LiveTraining(tuner, every=max(steps // 20, 1))
     run = train_compressed(
         method,
@@ -95,24 +130,42 @@ def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
         log_every=max(steps // 50, 1),
         callbacks=[live],
     )
-    live.refresh(run.callback, run.curve)
     run.history.to_csv(folder / "history.csv", index=False)
     run.curve.to_csv(folder / "curve.csv", index=False)
-    summary = run.summary()
-    finished = {"status": "ok", "experiment": EXPERIMENT, "preset": None, "finished": utc_stamp()}
-    write_json(
-        folder / "results.json",
-        {**finished, **{k: v for k, v in summary.items() if k != "method"}, "method": method},
-    )
-    tuner.status.value = html.escape(
-        f"trained: average compression {summary['avg_compression_ratio']:.1%}, "
-        f"return {summary['final_train_return']:.1f}; saved in {folder}"
+    summary = {k: v for k, v in run.summary(last_episodes=LAST_EPISODES).items() if k != "method"}
+    reached = int(run.model.num_timesteps)
+    if reached < steps:  # cancelled
+        live.refresh(run.callback, run.curve)
+        _finish(folder, "cancelled", summary, method)
+        tuner.show_status(
+            f"training cancelled at step {reached:,} of {steps:,} (checkpoint kept). Folder: {shown}"
+        )
+        return folder
+    returns = [
+        evaluate(run.model, tuner.env_id, n_episodes=1, seed=tuner.seed + i).returns[0]
+        for i in range(tuner.n_episodes)
+    ]
+    summary |= {"eval_return": sum(returns) / len(returns), "eval_episodes": len(returns)}
+    tuner.training_final = (reached, summary["eval_return"], len(returns))
+    live.refresh(run.callback, run.curve)
+    _finish(folder, "ok", summary, method)
+    last = min(LAST_EPISODES, len(run.curve))
+    tuner.show_status(
+        f"trained {reached:,} steps, average compression {summary['avg_compression_ratio']:.1%}. "
+        f"Final policy evaluated on {len(returns)} seeded episodes: return {summary['eval_return']:.1f}; "
+        f"last {last} training episodes (the curve): {summary['final_train_return']:.1f}. Folder: {shown}"
     )
     return folder
 
 
+def _finish(folder: Path, status: str, summary: dict[str, Any], method: str) -> None:
+    """Write the training run's ``results.json`` as finished with ``status`` (ok or cancelled)."""
+    finished = {"status": status, "experiment": EXPERIMENT, "preset": None, "finished": utc_stamp()}
+    write_json(folder / "results.json", {**finished, **summary, "method": method})
+
+
 class LiveTraining(BaseCallback):
-    """Update the tuner's training progress bar and learning-curve figure while SB3 trains."""
+    """Update the tuner's training progress bar and learning-curve figure while SB3 trains; stop when cancelled."""
 
     def __init__(self, tuner: SparsityTuner, every: int):
         super().__init__()
@@ -124,7 +177,7 @@ class LiveTraining(BaseCallback):
         self.tuner.train_progress.value = min(self.num_timesteps, self.tuner.train_progress.max)
         if self.n_calls % self.every == 0:
             self.refresh(self._compression_callback(), None)
-        return True
+        return not self.tuner.train_cancel.is_set()  # False stops SB3's learn() at this step
 
     def _compression_callback(self) -> Any:
         # train_agent hands learn() one flat CallbackList; the compression callback is a sibling of this one

@@ -50,15 +50,28 @@ def _bits_spec(bits: int) -> int | str | None:
     return None if bits == 32 else "fp16" if bits == 16 else bits
 
 
+def _precision(bits: int) -> str:
+    """Return the :func:`rlq.quant.ptq` precision of ``bits`` < 32: fp16, else simulated integer weights
+    (``sim8`` at 8 bits: weights only, as every other width, not ``int8``'s kernels that quantize
+    activations too)."""
+    return "fp16" if bits == 16 else "sim8" if bits == 8 else f"int{bits}"
+
+
 def compress_policy(policy: nn.Module, settings: TunerSettings) -> dict[str, Any]:
     """Return a compressed copy of an SB3 policy with its measures (the original is left untouched).
 
-    Keys: ``policy`` (the copy), ``layers`` (per-layer report), ``compression_ratio`` (values stored),
-    ``bits_per_weight``, ``stored_bytes`` and ``dense_bytes`` (as :func:`rlq.quant.size_report` counts a
-    real export: values at ``bits``, sparse indices and scales). Quantization (``bits`` < 32) is applied
-    last, to the compressed weights, through :func:`rlq.quant.ptq`.
+    Keys: ``policy`` (what acts: the compressed copy, or at ``bits`` < 32 a
+    :class:`rlq.sb3.quantized.QuantizedPolicy` of its action path, with SB3's ``predict``), ``layers``
+    (per-layer report), ``compression_ratio`` (values stored), ``bits_per_weight``, ``stored_bytes`` and
+    ``dense_bytes`` (as :func:`rlq.quant.size_report` counts a real export: values at ``bits``, sparse
+    indices and scales). Quantization is applied last, to the compressed weights: fp16 as a cast, other
+    widths as simulated symmetric integer weights with one scale per output row. A scale per layer would
+    let the layer's largest weight set the step for all of it: at 4 bits that rounds most of a trained
+    layer's weights to zero (about two thirds of the hidden actor layer of the tuner notebook's quick SAC
+    agent), and pruning fewer than those would change nothing the policy computes.
     """
-    from rlq.quant import ptq, size_report
+    from rlq.quant import size_report
+    from rlq.sb3.quantized import quantized_policy
 
     compressed = copy_policy(policy)
     layers = list(named_layers(compressed, settings.skip_first_last))
@@ -68,7 +81,7 @@ def compress_policy(policy: nn.Module, settings: TunerSettings) -> dict[str, Any
         )
     if settings.method in ("pruning", "gst") and settings.sparsity > 0:
         magnitude_prune_(compressed, settings.sparsity, layers=layers)
-    storage = size_report(compressed, _bits_spec(settings.bits))
+    storage = size_report(compressed, _bits_spec(settings.bits), per_channel=True)
     dense, total_bits = sum(r["dense"] for r in storage), sum(r["total_bits"] for r in storage)
     measures = {
         "layers": layer_report(compressed),
@@ -77,9 +90,10 @@ def compress_policy(policy: nn.Module, settings: TunerSettings) -> dict[str, Any
         "stored_bytes": total_bits / 8,
         "dense_bytes": dense * 4,
     }
+    acting: Any = compressed
     if settings.bits < 32:
-        compressed = ptq(compressed, "fp16" if settings.bits == 16 else f"int{settings.bits}")
-    return {"policy": compressed, **measures}
+        acting = quantized_policy(compressed, _precision(settings.bits), per_channel_linear=True)
+    return {"policy": acting, **measures}
 
 
 def _control(name: str, value: Any) -> widgets.Widget:
@@ -102,7 +116,8 @@ class SparsityTuner:
     (:meth:`TunerSettings.evaluated`), which then becomes the current one. ``settings`` are the controls'
     first values. "Train with these settings" trains ``type(model)`` for ``train_steps`` with
     ``hyperparams`` (give the tuned agent's, so that its learning curve ``reference_curve``, a frame with
-    ``timestep`` and ``episode_return``, is a fair dense reference) into a run folder under ``runs_dir``.
+    ``timestep`` and ``episode_return``, is a fair dense reference) into a run folder under ``runs_dir``;
+    the cancel button stops it, as it stops an evaluation.
     """
 
     def __init__(
@@ -129,10 +144,14 @@ class SparsityTuner:
         self.train_error: BaseException | None = None
         self.training_returns: list[tuple[int, float]] = []
         self.training_compression: list[tuple[int, float]] = []
+        self.training_final: tuple[int, float, int] | None = None
         self.training_label = ""
+        self.status_text = ""
         self._worker: threading.Thread | None = None
         self._trainer: threading.Thread | None = None
         self._cancel = threading.Event()
+        self.train_cancel = threading.Event()
+        self._evaluating = self._training = self._moving_controls = False
         self._lock = threading.RLock()
         first = asdict(settings or TunerSettings())
         self.controls = {name: _control(name, first[name]) for name in SETTING_RANGES}
@@ -161,9 +180,9 @@ class SparsityTuner:
             layout={"width": "270px"},
         )
         self.cancel_button = widgets.Button(description="cancel", disabled=True, layout={"width": "100px"})
-        self.cancel_button.on_click(lambda _: self.cancel())
-        # HTML wraps long text; a Label cuts it off, and its changing length moved the figure beside it
-        self.status = widgets.HTML(layout={"width": "380px", "height": "5.5em", "overflow": "hidden"})
+        self.cancel_button.on_click(lambda _: self.cancel_all())
+        # an HTML widget wraps its text (a Label cuts it off); the height only reserves room, it never clips
+        self.status = widgets.HTML(layout={"width": "380px", "min_height": "5.5em"})
         self.status.add_class(STATUS_CLASS)
         self.train_button = widgets.Button(
             description="train with these settings", button_style="primary", layout={"width": "380px"}
@@ -218,23 +237,36 @@ class SparsityTuner:
     def redraw_training(self) -> None:
         """Redraw the learning-curve figure from the training returns and compression recorded so far."""
         fig = figs.training_figure(
-            self.reference_curve, self.training_returns, self.training_compression, self.training_label
+            self.reference_curve,
+            self.training_returns,
+            self.training_compression,
+            self.training_label,
+            self.training_final,
         )
         self.views["training"].show(fig)
 
-    def _set_busy(self, busy: bool) -> None:
-        if not busy:
+    def show_status(self, text: str) -> None:
+        """Show ``text`` (plain text) in the status line, wrapped within the controls' column."""
+        self.status_text = text
+        # ipywidgets gives HTML a line height of a whole control: normal lines, and long paths may break
+        style = "line-height: 1.35; white-space: normal; overflow-wrap: anywhere; padding: 2px 0"
+        self.status.value = f'<div style="{style}">{html.escape(text)}</div>'
+
+    def _update_buttons(self) -> None:
+        busy = self._evaluating or self._training
+        self.progress.bar_style = "info" if self._evaluating else ""
+        if not self._evaluating:
             self.progress.value = 0
-        self.progress.bar_style = "info" if busy else ""
         self.cancel_button.disabled = not busy
         self.cancel_button.button_style = "warning" if busy else ""
+        self.train_button.disabled = self._training
 
-    def _show_status(self, point: dict[str, Any], again: bool = False) -> None:
+    def _show_point(self, point: dict[str, Any], again: bool = False) -> None:
         text = (
             f"{point['label']}: return {point['mean_return']:.1f}, {point['bits_per_weight']:.2f} bits per weight "
             f"(compression ratio {point['compression_ratio']:.1%}), {point['stored_bytes'] / 1024:.2f} KiB"
         )
-        self.status.value = html.escape(text + (" (explored before)" if again else ""))
+        self.show_status(text + (" (explored before)" if again else ""))
 
     # ----- settings and evaluation
     def settings(self) -> TunerSettings:
@@ -242,8 +274,17 @@ class SparsityTuner:
         return TunerSettings(**{name: control.value for name, control in self.controls.items()})
 
     def _on_change(self, change: dict[str, Any]) -> None:
-        if self.auto:
+        if self.auto and not self._moving_controls:
             self.start()
+
+    def _move_controls(self, settings: TunerSettings) -> None:
+        """Set the controls to ``settings`` without evaluating anything (they follow code's evaluations)."""
+        self._moving_controls = True
+        try:
+            for name, value in asdict(settings).items():
+                self.controls[name].value = value
+        finally:
+            self._moving_controls = False
 
     def start(self) -> None:
         """Start evaluating the current settings in the background, cancelling an evaluation in progress."""
@@ -254,10 +295,15 @@ class SparsityTuner:
         self._worker.start()
 
     def cancel(self) -> None:
-        """Ask the running evaluation to stop after its current episode, and wait for it."""
+        """Ask the running evaluation to stop after its current episode, and wait for it (training goes on)."""
         self._cancel.set()
         if self._worker is not None and self._worker is not threading.current_thread():
             self._worker.join()
+
+    def cancel_all(self) -> None:
+        """Stop the running evaluation and the running training, as the cancel button does."""
+        self.cancel_training()
+        self.cancel()
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Return the current point after the running evaluation (if any) has finished."""
@@ -270,13 +316,16 @@ class SparsityTuner:
     def evaluate(self, settings: TunerSettings | None = None) -> dict[str, Any]:
         """Return the point of ``settings`` (default: the controls'), evaluated now unless explored before.
 
-        The point becomes the current one (the star and the status line), as if a person had moved the
-        controls there; the controls themselves keep their values.
+        The point becomes the current one (the star and the status line) and the controls move to
+        ``settings``, as if a person had moved them there: after any sweep the controls show the setting
+        the star marks, and "train with these settings" trains it.
         """
         self.cancel()
         self._cancel = threading.Event()
         self._worker = None
-        self._run(settings or self.settings(), self._cancel)
+        settings = settings or self.settings()
+        self._move_controls(settings)
+        self._run(settings, self._cancel)
         if self.error is not None:
             raise RuntimeError(f"evaluating {settings} failed") from self.error
         return self.points[self.current]
@@ -296,7 +345,7 @@ class SparsityTuner:
         self.progress.max, self.progress.value = self.n_episodes, 0
         for i in range(self.n_episodes):
             if cancel is not None and cancel.is_set():
-                self.status.value = "cancelled"
+                self.show_status("cancelled")
                 return None
             returns.extend(
                 evaluate(compressed["policy"], self.env_id, n_episodes=1, seed=self.seed + i).returns
@@ -323,25 +372,27 @@ class SparsityTuner:
             found = self._find(settings)
             if found is not None:  # same compressed policy, same seeded episodes: same point
                 self.current = found
-                self._show_status(self.points[found], again=True)
+                self._show_point(self.points[found], again=True)
                 self._redraw()
                 return
-        self._set_busy(True)
-        self.status.value = "evaluating..."
+        self._evaluating = True
+        self._update_buttons()
+        self.show_status("evaluating...")
         try:
             point = self.evaluate_settings(settings, cancel)
         except Exception as e:  # shown in the UI; wait() and evaluate() re-raise it
             self.error = e
-            self.status.value = html.escape(f"error: {type(e).__name__}: {e}")
+            self.show_status(f"error: {type(e).__name__}: {e}")
             return
         finally:
-            self._set_busy(False)
+            self._evaluating = False
+            self._update_buttons()
         if point is None:
             return
         with self._lock:
             self.points.append(point)
             self.current = len(self.points) - 1
-            self._show_status(point)
+            self._show_point(point)
             self._redraw()
 
     def explored(self) -> pd.DataFrame:
@@ -351,12 +402,22 @@ class SparsityTuner:
 
     # ----- "train with these settings"
     def start_training(self) -> None:
-        """Start a short training run with the current settings in the background (see :meth:`train`)."""
+        """Start a short training run with the current settings in the background (see :meth:`train`).
+
+        While it runs the train button is disabled and the cancel button stops it (:meth:`cancel_training`).
+        """
         if self._trainer is not None and self._trainer.is_alive():
-            self.status.value = "a training run is already going"
+            self.show_status("a training run is already going")
             return
+        self.train_cancel = threading.Event()
+        self._training = True  # before the thread starts: the buttons change at once
+        self._update_buttons()
         self._trainer = threading.Thread(target=self._train_in_background, daemon=True)
         self._trainer.start()
+
+    def cancel_training(self) -> None:
+        """Ask the running training to stop at its next step; it saves a checkpoint, marked cancelled."""
+        self.train_cancel.set()
 
     def wait_training(self, timeout: float | None = None) -> Path | None:
         """Return the newest training run folder after the running training (if any) has finished."""
@@ -372,15 +433,24 @@ class SparsityTuner:
             self.train()
         except Exception as e:  # shown in the UI; wait_training() re-raises it
             self.train_error = e
-            self.status.value = html.escape(f"training error: {type(e).__name__}: {e}")
+            self.show_status(f"training error: {type(e).__name__}: {e}")
 
     def train(self, steps: int | None = None) -> Path:
         """Return the run folder of a new agent trained for ``steps`` with the current settings.
 
-        See :func:`rlq.faces.tuner_training.train_with_settings`; the learning curve is drawn as it trains.
+        See :func:`rlq.faces.tuner_training.train_with_settings`; the learning curve is drawn as it trains,
+        and :meth:`cancel_training` stops it early.
         """
         from rlq.faces.tuner_training import train_with_settings
 
-        folder = train_with_settings(self, steps or self.train_steps)
+        if threading.current_thread() is not self._trainer:  # called directly, not by start_training
+            self.train_cancel = threading.Event()
+        self._training = True
+        self._update_buttons()
+        try:
+            folder = train_with_settings(self, steps or self.train_steps)
+        finally:
+            self._training = False
+            self._update_buttons()
         self.trained.append(folder)
         return folder

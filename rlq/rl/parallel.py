@@ -13,7 +13,9 @@ Notebooks list their runs as jobs (keyword dicts for one top-level function) and
 Results come back to this process (through Ray's object store on a cluster) and are returned in job order.
 With ``store`` (a run folder's ``jobs/``), each result is also saved there as it arrives, keyed by the job's
 ``keys``; a later call with the same store loads the saved results and runs only the other jobs, which is
-how ``rlq run --resume`` retrains only what is missing. Jobs themselves write their checkpoints into the
+how ``rlq run --resume`` retrains only what is missing. ``keep_saved(job, result)`` decides whether a saved
+result still stands for a job (a caller compares the settings the result was built with): one that does
+not is run again. Jobs themselves write their checkpoints into the
 folders they are given: resuming a job part-way needs those folders on a file system every worker shares,
 while finished results need nothing shared.
 
@@ -188,6 +190,7 @@ def run_jobs(
     resources: dict[str, float] | None = None,
     store: str | Path | None = None,
     on_error: str = "raise",
+    keep_saved: Callable[[dict[str, Any], Any], bool] | None = None,
 ) -> JobResults:
     """Return ``[func(**job) for job in jobs]`` (a :class:`JobResults`), computed ``workers`` at a time.
 
@@ -196,8 +199,10 @@ def run_jobs(
     ``on_result(index, result)`` is called as each job finishes (in completion order; results loaded from
     ``store`` first). ``labels`` name the jobs in progress bars and lines (default ``job 1``, ...).
     ``store``: a folder where each result is saved as it arrives and from which saved ones are loaded
-    instead of run. ``on_error``: ``"raise"`` the first job's error after all jobs ended, or ``"keep"``
-    going (``None`` in its place, listed in ``.failures``).
+    instead of run; ``keep_saved(job, saved result)``, when given, must return True for a saved result to
+    be loaded, else the job runs again (and its new result replaces the saved one). ``on_error``:
+    ``"raise"`` the first job's error after all jobs ended, or ``"keep"`` going (``None`` in its place,
+    listed in ``.failures``).
     """
     workers = check_positive_int("workers", workers)
     if not callable(func):
@@ -217,7 +222,7 @@ def run_jobs(
         func, jobs, labels, [f"{batch_id}.{i}" for i in range(len(jobs))],
         ResultStore(store) if store is not None else None, on_result, [None] * len(jobs),
     )  # fmt: skip
-    loaded = _load_saved(batch)
+    loaded = _load_saved(batch, keep_saved)
     pending = [i for i in range(len(jobs)) if i not in loaded]
     if pending:
         progress.emit("jobs", ids=[batch.ids[i] for i in pending], labels=[labels[i] for i in pending])
@@ -258,7 +263,7 @@ def _check_resources(resources: dict[str, float] | None) -> dict[str, float]:
     return resources
 
 
-def _load_saved(batch: _Batch) -> set[int]:
+def _load_saved(batch: _Batch, keep: Callable[[dict[str, Any], Any], bool] | None) -> set[int]:
     if batch.store is None:
         return set()
     paths = [batch.store.path(ResultStore.key(job, batch.labels[i])) for i, job in enumerate(batch.jobs)]
@@ -267,7 +272,7 @@ def _load_saved(batch: _Batch) -> set[int]:
     loaded = set()
     for index, job in enumerate(batch.jobs):
         found, result = batch.store.load(ResultStore.key(job, batch.labels[index]))
-        if found:
+        if found and (keep is None or keep(job, result)):
             batch.results[index] = result
             loaded.add(index)
             if batch.on_result is not None:

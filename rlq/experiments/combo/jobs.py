@@ -13,7 +13,6 @@ two configurations.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from rlq.core.jsonio import json_safe, read_json, write_json
+from rlq.core.jsonio import check_settings
 from rlq.core.validation import check_positive_int
 from rlq.experiments.combo.methods import DERIVED, TRAININGS, check_methods, deploy_and_measure, trainings_for
 
@@ -33,20 +32,8 @@ JOB_CONFIG = "combo_job.json"
 
 
 def check_run_config(run_dir: str | Path, config: dict[str, Any]) -> None:
-    """Write ``config`` into ``run_dir`` the first time; raise ValueError when a later job's differs from it."""
-    path = Path(run_dir) / JOB_CONFIG
-    config = json.loads(json.dumps(json_safe(config)))
-    if path.is_file():
-        saved = read_json(path)
-        if saved != config:
-            changed = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
-            raise ValueError(
-                f"{run_dir} was trained with other settings (differing: {changed}); resuming it would mix two "
-                "configurations. Use a new run folder, or move this one away."
-            )
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, config)
+    """Write ``config`` into ``run_dir`` the first time; raise ValueError naming each setting a later job's changes."""
+    check_settings(Path(run_dir) / JOB_CONFIG, config, advice="Use a new run folder, or move this one away.")
 
 
 def train_and_deploy(

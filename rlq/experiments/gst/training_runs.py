@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pandas as pd
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlq.core.jsonio import read_json, write_json
+from rlq.core.jsonio import check_settings, plain_json, read_json, write_json
 from rlq.core.validation import check_positive_int
 from rlq.experiments.run_folders import RESULTS_FILE
 from rlq.rl.evaluate import EVAL_SEED_OFFSET
@@ -23,6 +24,15 @@ from rlq.sb3.pruning_callback import GradualPruningCallback
 
 METHODS = ("dense", "pruning", "gst")
 """The compression methods of the GST notebooks: dense training, Zhu & Gupta's gradual (iterative) pruning, GST."""
+
+SETTINGS_FILE = "run_settings.json"
+"""What a run's training was built with (:func:`run_settings`' ``training``), in its folder; a job built
+otherwise refuses to resume the folder."""
+RETRAIN_ADVICE = (
+    "Train it into a new run folder (another `out`; in JupyterLab a restarted kernel's run_dir() is a new one), "
+    "or move this folder away to train it again here."
+)
+"""What a refused job's error tells its reader to do."""
 
 
 @dataclass
@@ -149,6 +159,56 @@ def train_compressed(
     )
 
 
+TRAINING_ARGUMENTS = (
+    "algo",
+    "env_id",
+    "total_timesteps",
+    "seed",
+    "n_envs",
+    "hyperparams",
+    "policy",
+    "env_kwargs",
+)
+"""The arguments of :func:`train_compressed` that shape a training run (its callback's knobs are added)."""
+EVALUATION_ARGUMENTS = ("eval_episodes", "eval_seed", "eval_deterministic", "last_episodes")
+"""The arguments of :func:`train_and_evaluate` that shape a run's evaluation and summary."""
+
+
+def _defaults(func: Callable[..., Any]) -> dict[str, Any]:
+    parameters = inspect.signature(func).parameters.items()
+    return {name: p.default for name, p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def run_settings(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Return what a :func:`train_and_evaluate` job (its keyword arguments) builds its run with, as JSON data.
+
+    ``training``: the algorithm, task, steps, seed, environments, hyperparameters, policy and the
+    compression callback's knobs (:func:`rlq.sb3.settings.callback_settings`); ``evaluation``: the
+    evaluation episodes, their seed and mode, and the training episodes the summary averages. How a run
+    executes (threads, checkpoints, folders, extra callbacks) is not part of it.
+    """
+    from rlq.sb3.settings import callback_settings
+
+    args = {**_defaults(train_compressed), **_defaults(train_and_evaluate), **job}
+    callback = args["callback"]
+    if callback is None:
+        callback = make_callback(
+            args["method"], args["gst"], args["pruning"], args["reward_window"], args["log_every"]
+        )
+    if args["eval_seed"] is None:
+        args["eval_seed"] = args["seed"] + EVAL_SEED_OFFSET
+    training = {name: args[name] for name in TRAINING_ARGUMENTS} | {"callback": callback_settings(callback)}
+    return plain_json(
+        {"training": training, "evaluation": {name: args[name] for name in EVALUATION_ARGUMENTS}}
+    )
+
+
+def _same_settings(job: dict[str, Any], saved: Any) -> bool:
+    """Return True when a saved result was built as ``job`` builds its run (or says nothing of its settings)."""
+    built = saved.get("settings") if isinstance(saved, dict) else None
+    return built is None or built == run_settings(job)
+
+
 def train_and_evaluate(
     method: str,
     algo: str,
@@ -170,7 +230,11 @@ def train_and_evaluate(
     evaluation (``eval_deterministic``) of ``eval_episodes`` episodes (seeded ``eval_seed``, default ``seed +
     EVAL_SEED_OFFSET``; 0 episodes skips it); ``last_episodes`` training episodes make the summary's
     ``final_train_return``. Every table carries the ``keys`` columns (e.g. env id, seed, method), and
-    ``keys`` itself is returned too. Picklable, so
+    ``keys`` itself is returned too, with ``settings``, what the run was built with (:func:`run_settings`).
+    A ``run_dir`` records the training's settings (:data:`SETTINGS_FILE`) and a later call built otherwise
+    (a changed callback knob, hyperparameter, step count, ...) raises ValueError naming each difference
+    instead of resuming it; a folder without the file records the settings of the first call that uses it.
+    Picklable, so
     :func:`rlq.rl.parallel.run_jobs` can run it in worker processes; ``torch_threads`` sets the thread count
     of the process that trains.
     """
@@ -178,6 +242,15 @@ def train_and_evaluate(
 
     if torch_threads is not None:
         torch.set_num_threads(check_positive_int("torch_threads", torch_threads))
+    settings = run_settings(
+        dict(method=method, algo=algo, env_id=env_id, total_timesteps=total_timesteps, seed=seed,
+             eval_episodes=eval_episodes, eval_seed=eval_seed, last_episodes=last_episodes,
+             eval_deterministic=eval_deterministic, **train_kwargs)
+    )  # fmt: skip
+    if train_kwargs.get("run_dir") is not None:
+        check_settings(
+            Path(train_kwargs["run_dir"]) / SETTINGS_FILE, settings["training"], advice=RETRAIN_ADVICE
+        )
     run = train_compressed(method, algo, env_id, total_timesteps, seed=seed, **train_kwargs)
     keys = dict(keys or {})
     # the keys name the run (an ablation arm trains method "gst" under its own name): they win
@@ -195,6 +268,7 @@ def train_and_evaluate(
     summary |= {"resumed_from": run.resumed_from}
     return {
         "keys": keys,
+        "settings": settings,
         "summary": summary,
         "history": run.history.assign(**keys),
         "curve": run.curve.assign(**keys),
@@ -225,7 +299,10 @@ def train_and_evaluate_all(
     Runs :func:`train_and_evaluate` on each job (keyword arguments), ``workers`` at a time, in processes or on
     Ray (``executor``, ``ray_address``, ``resources``: see :func:`rlq.rl.parallel.run_jobs`), calling
     ``on_result(index, result)`` as each finishes. With ``out``, each run's result is saved in ``out/jobs/``
-    as it arrives and a resumed notebook loads it instead of training again. A failed run does not stop the
+    as it arrives and a resumed notebook loads it instead of training again, if it was built with the
+    job's settings (:func:`run_settings`): a result evaluated otherwise is evaluated again from the run's
+    checkpoint, and a run trained otherwise is refused (:func:`train_and_evaluate`), so changed knobs never
+    come back as the old method's numbers. A failed run does not stop the
     others; ``results.json`` in ``out`` lists the failed runs under ``failed_jobs`` and, unless
     ``allow_failed`` (then the results and tables hold only the runs that finished), :class:`JobsFailed`
     is raised once the others are done, so the run fails and ``rlq run --resume`` retrains only those. ``summary`` has
@@ -249,7 +326,7 @@ def train_and_evaluate_all(
     outcome = run_jobs(
         train_and_evaluate, jobs, workers=workers, on_result=finished, labels=labels, executor=executor,
         ray_address=ray_address, resources=resources, store=Path(out) / JOBS_FOLDER if out is not None else None,
-        on_error="keep",
+        on_error="keep", keep_saved=_same_settings,
     )  # fmt: skip
     if out is not None:
         record_failed_jobs(out, outcome.failures)
