@@ -191,7 +191,8 @@ def test_resume_checks_a_hand_edited_params_file_as_run_checks_new_ones(
 
 
 def test_a_notebook_without_parameters_is_no_experiment(tiny_notebooks):
-    """JupyterLab's empty Untitled.ipynb neither breaks rlq list nor runs; a damaged notebook is still named."""
+    """JupyterLab's empty Untitled.ipynb and a 0-byte file neither break rlq list nor run; a damaged notebook is
+    still named."""
     (tiny_notebooks / "Untitled.ipynb").write_text(
         '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
     )
@@ -199,6 +200,15 @@ def test_a_notebook_without_parameters_is_no_experiment(tiny_notebooks):
     assert listing.returncode == 0 and "tiny" in listing.stdout and "Untitled" not in listing.stdout
     refused = run_cli("run", "Untitled")
     assert refused.returncode == 2 and "known experiments: tiny" in refused.stderr
+    (tiny_notebooks / "empty.ipynb").write_text("")  # 0 bytes: skipped, with a warning naming it
+    listing = run_cli("list")
+    assert listing.returncode == 0 and "tiny" in listing.stdout and "empty" not in listing.stdout
+    assert (
+        listing.stderr.strip()
+        == f"rlq: skipping {tiny_notebooks / 'empty.ipynb'}: the file is empty (0 bytes), not a notebook"
+    )
+    refused = run_cli("run", "empty")
+    assert refused.returncode == 2 and "unknown experiment 'empty'" in refused.stderr
     (tiny_notebooks / "broken.ipynb").write_text("{not json")
     assert "broken.ipynb" in run_cli("list").stderr
 
