@@ -395,7 +395,13 @@ def text_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
         lines.append(
             "not measured: " + "; ".join(f"{r.family}: {r.claim} ({r.reason})" for r in missing.itertuples())
         )
-    return "\n".join(lines)
+    return "\n".join(lines + unreadable_lines(runs))
+
+
+def unreadable_lines(runs: pd.DataFrame) -> list[str]:
+    """Return one line per run folder or published result the report skipped as unreadable, with the damage."""
+    skipped = runs[runs["status"] == UNREADABLE]
+    return [f"skipped, unreadable: {r.folder} ({r.error})" for r in skipped.itertuples()]
 
 
 def markdown_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
