@@ -283,3 +283,26 @@ def test_damaged_json_names_the_file_and_what_to_do(tmp_path):
     path.write_text(json.dumps([1, 2]))
     with pytest.raises(ValueError, match="does not hold a JSON object"):
         read_json(path)
+
+
+def test_resuming_a_read_only_run_folder_exits_2_with_one_line_and_writes_nothing(tiny_notebooks, tmp_path):
+    """Read-only by its mode bits, which root (whom no permission stops) is held to as well."""
+    out = tmp_path / "runs"
+    assert run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out), "--quiet").returncode == 1
+    run_dir = next((out / "tiny").iterdir())
+    paths = [run_dir, *run_dir.rglob("*")]
+    modes = {p: p.stat().st_mode for p in paths}
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in paths}
+    for p in paths:
+        p.chmod(modes[p] & ~0o222)
+    try:
+        result = run_cli("run", "--resume", str(run_dir))
+        after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in [run_dir, *run_dir.rglob("*")]}
+    finally:
+        for p in paths:
+            p.chmod(modes[p])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"rlq: error: --resume {run_dir}: the run folder is read-only ({run_dir} is not writable); nothing was written"
+    )
+    assert after == before  # no lock, no archived attempt, no rewritten file

@@ -29,7 +29,7 @@ from rlq.experiments.run_folders import (
     run_state,
     utc_stamp,
 )
-from rlq.experiments.run_lock import run_folder_lock
+from rlq.experiments.run_lock import LOCK_FILE, run_folder_lock
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +187,31 @@ def check_out_dir(out: str | Path) -> Path:
         existing = existing.parent
     if not existing.is_dir():
         raise ExperimentError(f"--out {out}: {existing} is a file, not a folder for run folders")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not writable(existing):
         raise ExperimentError(f"--out {out}: cannot create a run folder there ({existing} is not writable)")
     return out
+
+
+def writable(path: str | Path) -> bool:
+    """Return True when ``path`` (a folder: files can be created in it) may be written: the system grants it and,
+    for root (whom no permission stops), its mode bits allow some write, so a path made read-only is taken as
+    meant."""
+    path = Path(path)
+    if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
+        return False
+    return os.geteuid() != 0 or bool(path.stat().st_mode & 0o222)
+
+
+def check_run_folder_writable(path: Path) -> None:
+    """Raise ExperimentError naming the first folder of run folder ``path`` (or a file it rewrites in place) that
+    cannot be written; checked before anything is written there."""
+    folders = [Path(folder) for folder, _, _ in os.walk(path)]
+    in_place = [path / name for name in (LOCK_FILE, PROGRESS_FILE) if (path / name).exists()]
+    for where in folders + in_place:
+        if not writable(where):
+            raise ExperimentError(
+                f"--resume {path}: the run folder is read-only ({where} is not writable); nothing was written"
+            )
 
 
 def create_run_dir(out: str | Path, name: str) -> Path:
@@ -212,6 +234,7 @@ def resume_run(path: str | Path, rerun: bool = False, **kwargs: Any) -> RunOutco
     path = Path(path)
     if not (path / PARAMS_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a run folder (no {PARAMS_FILE})")
+    check_run_folder_writable(path)
     with run_folder_lock(path):  # one writer per run folder: checked, archived and run under the lock
         return _resume_locked(path, rerun, **kwargs)
 
