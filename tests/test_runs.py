@@ -57,7 +57,8 @@ def test_interactive_run_dir_is_created_once_per_process(tmp_path, monkeypatch):
     assert first.parent == (tmp_path / "interactive").resolve()
     assert run_dir() == first
     record(x=1)
-    assert load_run(first)["results"] == {"x": 1}
+    assert load_run(first) == {"path": first, "params": {}, "results": {"x": 1}}  # no notebook: no parameters
+    assert (first / "params.json").is_file()
     assert list_runs(tmp_path) == [first]
 
 
@@ -248,3 +249,38 @@ def test_a_publish_killed_at_any_step_loses_no_committed_file_and_the_next_publi
         assert [p.name for p in target.parent.iterdir()] == ["medium"], f"killed at step {k}"
         if "put back" in caplog.text:
             assert _folder(target) == committed and str(target) in caplog.text
+
+
+def test_a_jupyterlab_run_folder_holds_its_parameters_and_the_cli_lists_and_resumes_it(
+    tiny_notebooks, tmp_path
+):
+    """An IPython process stands for the JupyterLab kernel: JupyterLab names the notebook in
+    ``JPY_SESSION_NAME``, the parameters cell's values are in the namespace, and the process ends (is
+    interrupted) before the notebook's record cell."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import run_cli
+
+    runs = tmp_path / "runs"
+    env = {**os.environ, "JPY_SESSION_NAME": str(tiny_notebooks / "tiny.ipynb"), "RLQ_RUNS": str(runs)}
+    env.pop(RUN_DIR_ENV, None)
+    cell = "x = 4\nscale = 0.5\nlabel = 'b'\nflag = False\nsizes = [1, 2, 3]\nfail = False\n"
+    code = cell + "from rlq.experiments.run_folders import run_dir\nprint(run_dir())\n"
+    kernel = subprocess.run(
+        [sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c", code],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert kernel.returncode == 0, kernel.stderr
+    (folder,) = (runs / "interactive").iterdir()
+    assert str(folder) in kernel.stdout
+    params = {"x": 4, "scale": 0.5, "label": "b", "flag": False, "sizes": [1, 2, 3], "fail": False}
+    assert json.loads((folder / "params.json").read_text()) == params
+    assert json.loads((folder / "results.json").read_text())["experiment"] == "tiny"
+    listing = run_cli("runs", "--runs", str(runs))
+    assert listing.stdout.split("  ")[:2] == [str(folder), "interrupted"], listing.stdout
+    resumed = run_cli("run", "--resume", str(folder), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    results = json.loads((folder / "results.json").read_text())
+    assert results["status"] == "ok" and results["total"] == 2.0 and results["n_sizes"] == 3
