@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -102,14 +103,7 @@ def execute(
     import papermill as pm
 
     path = Path(path).resolve()
-    write_json(path / PARAMS_FILE, params)
-    # an attempt starts from the earlier attempts' training time only: their numbers are archived under
-    # attempts/<n>/, and a re-attempt that fails before recording must not show them as its own
-    earlier = read_json(path / RESULTS_FILE)
-    results = {k: earlier[k] for k in ("train_seconds", "reused", "retrained") if k in earlier}
-    results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
-    write_json(path / RESULTS_FILE, results)
-
+    _begin(path, experiment, params, preset)
     previous_env = os.environ.get(RUN_DIR_ENV)
     os.environ[RUN_DIR_ENV] = str(path)  # the kernel inherits it; rlq.record() writes there
     start = time.perf_counter()
@@ -141,15 +135,62 @@ def execute(
             os.environ.pop(RUN_DIR_ENV, None)
         else:
             os.environ[RUN_DIR_ENV] = previous_env
-        results = read_json(path / RESULTS_FILE)  # now holding what the notebook recorded
-        seconds = round(time.perf_counter() - start, 2)
-        results.update(status=status, finished=utc_stamp(), run_seconds=seconds)
-        if not reanalysis:
-            results["train_seconds"] = round(float(results.get("train_seconds") or 0.0) + seconds, 2)
-        if error:
-            results["error"] = error
-        write_json(path / RESULTS_FILE, results)
+        results = _finish(path, status, error, round(time.perf_counter() - start, 2), reanalysis)
     return RunOutcome(path, status, results)
+
+
+RESERVE_FILE = ".reserved"
+"""Space a run holds in its folder while it runs, given up for the last write of results.json on a full disk."""
+RESERVE_BYTES = 1 << 20
+
+
+class RunNotStarted(ExperimentError):
+    """The run folder could not be written before the notebook started (a full disk, say): nothing ran."""
+
+
+def _begin(path: Path, experiment: Experiment, params: dict[str, Any], preset: str | None) -> None:
+    """Reserve space in ``path`` and write its params.json and a ``running`` results.json, or raise
+    :class:`RunNotStarted` leaving both as they were."""
+    try:
+        with open(path / RESERVE_FILE, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, RESERVE_BYTES)
+        write_json(path / PARAMS_FILE, params)
+        # an attempt starts from the earlier attempts' training time only: their numbers are archived under
+        # attempts/<n>/, and a re-attempt that fails before recording must not show them as its own
+        earlier = read_json(path / RESULTS_FILE)
+        results = {k: earlier[k] for k in ("train_seconds", "reused", "retrained") if k in earlier}
+        results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
+        write_json(path / RESULTS_FILE, results)
+    except OSError as e:
+        (path / RESERVE_FILE).unlink(missing_ok=True)
+        raise RunNotStarted(f"{path}: cannot write the run folder ({e.strerror or e})") from None
+
+
+def _finish(path: Path, status: str, error: str | None, seconds: float, reanalysis: bool) -> dict[str, Any]:
+    """Return the run's results after writing them with its end (status, error, times) into results.json.
+
+    On a full disk the space held since :func:`_begin` is given up for this write; where even that fails,
+    the results are returned and the failure is printed, results.json still saying ``running``.
+    """
+    results = read_json(path / RESULTS_FILE)  # now holding what the notebook recorded
+    results.update(status=status, finished=utc_stamp(), run_seconds=seconds)
+    if not reanalysis:
+        results["train_seconds"] = round(float(results.get("train_seconds") or 0.0) + seconds, 2)
+    if error:
+        results["error"] = error
+    try:
+        try:
+            write_json(path / RESULTS_FILE, results)
+        except OSError:
+            (path / RESERVE_FILE).unlink(missing_ok=True)
+            write_json(path / RESULTS_FILE, results)
+    except OSError as e:
+        print(
+            f"rlq: cannot record the run's end in {path / RESULTS_FILE}: {e.strerror or e}", file=sys.stderr
+        )
+    finally:
+        (path / RESERVE_FILE).unlink(missing_ok=True)
+    return results
 
 
 def run_experiment(
@@ -172,11 +213,26 @@ def run_experiment(
     experiment.check_requirements()
     plan = plan_reuse(reuse, experiment.name, params, retrain) if reuse or retrain else []
     path = create_run_dir(out, experiment.name)
-    with run_folder_lock(path):
-        if plan:
-            reused = {"reused": save_reuse(plan, path), **({"retrained": list(retrain)} if retrain else {})}
-            write_json(path / RESULTS_FILE, reused)
-        return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
+    try:
+        with run_folder_lock(path):
+            if plan:
+                reused = {
+                    "reused": save_reuse(plan, path),
+                    **({"retrained": list(retrain)} if retrain else {}),
+                }
+                write_json(path / RESULTS_FILE, reused)
+            return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
+    except (OSError, RunNotStarted) as e:  # before the notebook started: execute records every later failure
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # the experiment's folder, if this run was its first
+        raise ExperimentError(f"{_not_started(path, e)}; nothing ran, and the folder was removed") from None
+
+
+def _not_started(path: Path, e: OSError | RunNotStarted) -> str:
+    return (
+        str(e) if isinstance(e, RunNotStarted) else f"{path}: cannot write the run folder ({e.strerror or e})"
+    )
 
 
 def check_out_dir(out: str | Path) -> Path:
@@ -269,9 +325,17 @@ def _resume_locked(path: Path, rerun: bool, **kwargs: Any) -> RunOutcome:
     while (path / "attempts" / str(n)).exists():
         n += 1
     archive = path / "attempts" / str(n)
-    archive.mkdir(parents=True)
-    for name in (NOTEBOOK_FILE, RESULTS_FILE):
-        if (path / name).exists():
-            shutil.copy2(path / name, archive / name)
     reanalysis = previous.get("status") == "ok"
-    return execute(experiment, params, path, preset=previous.get("preset"), reanalysis=reanalysis, **kwargs)
+    try:
+        archive.mkdir(parents=True)
+        for name in (NOTEBOOK_FILE, RESULTS_FILE):
+            if (path / name).exists():
+                shutil.copy2(path / name, archive / name)
+        return execute(
+            experiment, params, path, preset=previous.get("preset"), reanalysis=reanalysis, **kwargs
+        )
+    except (OSError, RunNotStarted) as e:  # before the notebook started: execute records every later failure
+        shutil.rmtree(archive, ignore_errors=True)
+        raise ExperimentError(
+            f"{_not_started(path, e)}; nothing ran, and the run folder is as it was"
+        ) from None
