@@ -271,6 +271,12 @@ def test_sigterm_and_sighup_stop_a_run_like_ctrl_c(tmp_path, signum):
     assert code == 130
     assert results["status"] == "interrupted" and "resume" in results["error"]
     assert run_state(run_dir) == "interrupted"
+    # what the kernel prints as it is shut down goes to kernel.log: the terminal gets rlq's two lines only
+    assert proc.stderr.read().decode().splitlines() == [
+        "rlq: running sleepy (preset defaults)",
+        "rlq: interrupted",
+    ]
+    assert "[IPKernelApp]" in (run_dir / "kernel.log").read_text()
 
 
 # ---- damaged files

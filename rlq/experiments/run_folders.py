@@ -43,6 +43,7 @@ RESERVED_KEYS = frozenset(
         "finished",
         "reused",
         "retrained",
+        "workers_used",
     }
 )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlq.core.jsonio import read_json, write_json
-from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV
+from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV, ProgressReader
 from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
 from rlq.experiments.reuse import plan_reuse, save_reuse
@@ -102,13 +102,15 @@ def execute(
     """
     import papermill as pm
 
+    from rlq.experiments.kernel_log import LoggedKernelManager
+
     path = Path(path).resolve()
     _begin(path, experiment, params, preset)
     previous_env = os.environ.get(RUN_DIR_ENV)
     os.environ[RUN_DIR_ENV] = str(path)  # the kernel inherits it; rlq.record() writes there
     start = time.perf_counter()
     status, error = "ok", None
-    heartbeat = Heartbeat(path)
+    heartbeat, events = Heartbeat(path), ProgressReader(path / PROGRESS_FILE)  # this attempt's events
     try:
         heartbeat.start()
         with live_progress(path, show=progress):
@@ -120,6 +122,7 @@ def execute(
                 progress_bar=progress and _on_terminal(),  # papermill's cell counter is noise in a log
                 log_output=log_output,
                 request_save_on_cell_execute=True,
+                kernel_manager_class=LoggedKernelManager,  # the kernel's stderr into kernel.log
             )
     except KeyboardInterrupt:
         status, error = (
@@ -135,7 +138,7 @@ def execute(
             os.environ.pop(RUN_DIR_ENV, None)
         else:
             os.environ[RUN_DIR_ENV] = previous_env
-        results = _finish(path, status, error, round(time.perf_counter() - start, 2), reanalysis)
+        results = _finish(path, status, error, round(time.perf_counter() - start, 2), reanalysis, events)
     return RunOutcome(path, status, results)
 
 
@@ -166,8 +169,13 @@ def _begin(path: Path, experiment: Experiment, params: dict[str, Any], preset: s
         raise RunNotStarted(f"{path}: cannot write the run folder ({e.strerror or e})") from None
 
 
-def _finish(path: Path, status: str, error: str | None, seconds: float, reanalysis: bool) -> dict[str, Any]:
+def _finish(
+    path: Path, status: str, error: str | None, seconds: float, reanalysis: bool, events: ProgressReader
+) -> dict[str, Any]:
     """Return the run's results after writing them with its end (status, error, times) into results.json.
+
+    ``workers_used`` is the most training jobs that ran side by side, as the attempt's progress ``events`` say
+    (:func:`rlq.rl.parallel.run_jobs` reports it): ``-p workers 10000`` over 6 jobs uses 6.
 
     On a full disk the space held since :func:`_begin` is given up for this write; where even that fails,
     the results are returned and the failure is printed, results.json still saying ``running``.
@@ -178,6 +186,11 @@ def _finish(path: Path, status: str, error: str | None, seconds: float, reanalys
         results["train_seconds"] = round(float(results.get("train_seconds") or 0.0) + seconds, 2)
     if error:
         results["error"] = error
+    used = [
+        e["workers"] for e in events.read() if e.get("event") == "jobs" and isinstance(e.get("workers"), int)
+    ]
+    if used:
+        results["workers_used"] = max(used)
     try:
         try:
             write_json(path / RESULTS_FILE, results)
