@@ -122,8 +122,11 @@ def describe_interactive_run(path: Path) -> None:
         except ExperimentError:
             experiment = None
     params = {}
-    if experiment is not None:
-        params = {k: json_safe(namespace[k]) for k in experiment.parameters if k in namespace}
+    for name in experiment.parameters if experiment is not None else ():
+        try:  # a value the kernel replaced by something JSON cannot hold is left out (a resume names it)
+            params[name] = json_safe(namespace[name], name, strict=True)
+        except (KeyError, TypeError):
+            continue
     write_json(path / PARAMS_FILE, params)
     if experiment is None:
         return
