@@ -126,9 +126,10 @@ def publish(
     the registry's experiment names. Refuses a run that did not finish (``status`` other than ``ok``), a
     variant of its preset (:func:`variant_params`) under the preset's name (it goes under a ``name`` of its
     own) and, unless ``overwrite``, a destination that already holds results. The destination is replaced
-    as a whole (no file of an earlier publish stays beside the new one) and in one step: the new folder is
-    written beside it and swapped in (:func:`replace_folder`), so a publish killed at any moment leaves the
-    old folder or the new one. A publish first puts back what a killed one left (:func:`recover_folder`).
+    as a whole (no file of an earlier publish stays beside the new one): the new folder is written beside it
+    and swapped in (:func:`replace_folder`), so a publish killed at any moment leaves the old folder or the
+    new one, in place or, where the file system cannot swap folders, moved aside; a publish first puts back
+    what a killed one left (:func:`recover_folder`).
     """
     run_dir = Path(run_dir)
     if not (run_dir / RESULTS_FILE).is_file():
