@@ -227,25 +227,27 @@ def run_experiment(
     plan = plan_reuse(reuse, experiment.name, params, retrain) if reuse or retrain else []
     path = create_run_dir(out, experiment.name)
     try:
-        with run_folder_lock(path):
-            if plan:
-                reused = {
-                    "reused": save_reuse(plan, path),
-                    **({"retrained": list(retrain)} if retrain else {}),
-                }
-                write_json(path / RESULTS_FILE, reused)
+        with contextlib.ExitStack() as held:
+            with _unwritten(path):
+                held.enter_context(run_folder_lock(path))
+                if plan:
+                    retrained = {"retrained": list(retrain)} if retrain else {}
+                    write_json(path / RESULTS_FILE, {"reused": save_reuse(plan, path), **retrained})
             return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
-    except (OSError, RunNotStarted) as e:  # before the notebook started: execute records every later failure
+    except RunNotStarted as e:  # only before the notebook started: execute records every later failure
         shutil.rmtree(path, ignore_errors=True)
         with contextlib.suppress(OSError):
             path.parent.rmdir()  # the experiment's folder, if this run was its first
-        raise ExperimentError(f"{_not_started(path, e)}; nothing ran, and the folder was removed") from None
+        raise ExperimentError(f"{e}; nothing ran, and the folder was removed") from None
 
 
-def _not_started(path: Path, e: OSError | RunNotStarted) -> str:
-    return (
-        str(e) if isinstance(e, RunNotStarted) else f"{path}: cannot write the run folder ({e.strerror or e})"
-    )
+@contextmanager
+def _unwritten(path: Path) -> Iterator[None]:
+    """Turn an OSError of the block (a full disk, say) into :class:`RunNotStarted` naming ``path``."""
+    try:
+        yield
+    except OSError as e:
+        raise RunNotStarted(f"{path}: cannot write the run folder ({e.strerror or e})") from None
 
 
 def check_out_dir(out: str | Path) -> Path:
@@ -340,15 +342,14 @@ def _resume_locked(path: Path, rerun: bool, **kwargs: Any) -> RunOutcome:
     archive = path / "attempts" / str(n)
     reanalysis = previous.get("status") == "ok"
     try:
-        archive.mkdir(parents=True)
-        for name in (NOTEBOOK_FILE, RESULTS_FILE):
-            if (path / name).exists():
-                shutil.copy2(path / name, archive / name)
+        with _unwritten(path):
+            archive.mkdir(parents=True)
+            for name in (NOTEBOOK_FILE, RESULTS_FILE):
+                if (path / name).exists():
+                    shutil.copy2(path / name, archive / name)
         return execute(
             experiment, params, path, preset=previous.get("preset"), reanalysis=reanalysis, **kwargs
         )
-    except (OSError, RunNotStarted) as e:  # before the notebook started: execute records every later failure
+    except RunNotStarted as e:  # only before the notebook started: execute records every later failure
         shutil.rmtree(archive, ignore_errors=True)
-        raise ExperimentError(
-            f"{_not_started(path, e)}; nothing ran, and the run folder is as it was"
-        ) from None
+        raise ExperimentError(f"{e}; nothing ran, and the run folder is as it was") from None
