@@ -66,7 +66,9 @@ def test_on_policy_training_resumes_from_its_checkpoint(tmp_path):
 def test_off_policy_resume_restores_the_replay_buffer(tmp_path):
     kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=100)
     train_agent("TD3", "Pendulum-v1", 200, **kwargs)
-    assert [p.name for p in (tmp_path / "checkpoints").glob("replay_*")] == ["replay_200_steps.pkl"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("replay_*")) == [
+        "replay_100_steps.pkl", "replay_200_steps.pkl",
+    ]  # fmt: skip
     second = train_agent("TD3", "Pendulum-v1", 300, **kwargs)
     assert second.resumed_from == 200
     assert second.model.replay_buffer.size() == 300
@@ -136,8 +138,67 @@ def test_a_save_killed_before_its_model_is_in_place_resumes_from_the_previous_ch
     )  # as if the rename came, the state did not
     (ckpt / "state_200_steps.json").unlink()
     (ckpt / "replay_200_steps.pkl").unlink()
-    with caplog.at_level("WARNING", logger="rlq.rl.agents"):
+    with caplog.at_level("WARNING", logger="rlq.rl.checkpoints"):
         assert latest_checkpoint(ckpt)[0] == 100
-    assert "incomplete" in caplog.text
+    assert (
+        f"{ckpt}: the checkpoint at 200 steps lacks state_200_steps.json and replay_200_steps.pkl; "
+        in caplog.text
+    )
+    assert "resuming from the checkpoint at 100 steps" in caplog.text
     resumed = train_agent("TD3", "Pendulum-v1", 150, **kwargs)
     assert resumed.resumed_from == 100 and resumed.model.replay_buffer.size() == 150
+
+
+def test_the_newest_three_checkpoints_are_kept_and_the_newest_two_replay_buffers(tmp_path):
+    ckpt = tmp_path / "checkpoints"
+    train_agent(
+        "TD3", "Pendulum-v1", 300, seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=50
+    )
+    kept = sorted(p.name for p in ckpt.iterdir())
+    assert kept == sorted(
+        [
+            f"{kind}_{s}_steps.{ext}"
+            for s in (200, 250, 300)
+            for kind, ext in (("model", "zip"), ("curve", "csv"), ("state", "json"))
+        ]
+        + ["replay_250_steps.pkl", "replay_300_steps.pkl"]
+    )
+    train_agent(
+        "PPO",
+        "CartPole-v1",
+        256,
+        hyperparams=ON_POLICY,
+        run_dir=tmp_path / "ppo",
+        checkpoint_every=32,
+        keep_checkpoints=1,
+    )
+    assert sorted(p.name for p in (tmp_path / "ppo" / "checkpoints").iterdir()) == [
+        "curve_256_steps.csv", "model_256_steps.zip", "state_256_steps.json",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="keep_checkpoints must be"):
+        train_agent(
+            "PPO", "CartPole-v1", 64, hyperparams=ON_POLICY, run_dir=tmp_path / "x", keep_checkpoints=0
+        )
+
+
+def test_following_the_damaged_checkpoint_advice_resumes_an_off_policy_run_from_the_one_before(tmp_path):
+    """The checkpoint before the newest keeps its replay buffer, so moving the damaged newest away, as the
+    error says, loses only the steps since that one."""
+    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=100)
+    train_agent("TD3", "Pendulum-v1", 300, **kwargs)
+    ckpt = tmp_path / "checkpoints"
+    (ckpt / "model_300_steps.zip").write_bytes(b"not a zip")
+    with pytest.raises(RuntimeError) as raised:
+        train_agent("TD3", "Pendulum-v1", 400, **kwargs)
+    advice = str(raised.value).split(". ")[-1]
+    assert advice == (
+        f"Move model_300_steps.zip, curve_300_steps.csv, state_300_steps.json, replay_300_steps.pkl out of {ckpt}: "
+        "training then resumes from the checkpoint at 200 steps, its replay buffer included."
+    )
+    moved = tmp_path / "damaged"
+    moved.mkdir()
+    for name in advice.removeprefix("Move ").split(" out of ")[0].split(", "):
+        (ckpt / name).rename(moved / name)
+    resumed = train_agent("TD3", "Pendulum-v1", 400, **kwargs)
+    # 199 transitions of the checkpoint (SB3 calls the callback before it stores a step's transition) + 200 new
+    assert resumed.resumed_from == 200 and resumed.model.replay_buffer.size() == 399

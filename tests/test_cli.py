@@ -191,7 +191,8 @@ def test_resume_checks_a_hand_edited_params_file_as_run_checks_new_ones(
 
 
 def test_a_notebook_without_parameters_is_no_experiment(tiny_notebooks):
-    """JupyterLab's empty Untitled.ipynb neither breaks rlq list nor runs; a damaged notebook is still named."""
+    """JupyterLab's empty Untitled.ipynb and a 0-byte file neither break rlq list nor run; a damaged notebook is
+    still named."""
     (tiny_notebooks / "Untitled.ipynb").write_text(
         '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
     )
@@ -199,6 +200,15 @@ def test_a_notebook_without_parameters_is_no_experiment(tiny_notebooks):
     assert listing.returncode == 0 and "tiny" in listing.stdout and "Untitled" not in listing.stdout
     refused = run_cli("run", "Untitled")
     assert refused.returncode == 2 and "known experiments: tiny" in refused.stderr
+    (tiny_notebooks / "empty.ipynb").write_text("")  # 0 bytes: skipped, with a warning naming it
+    listing = run_cli("list")
+    assert listing.returncode == 0 and "tiny" in listing.stdout and "empty" not in listing.stdout
+    assert (
+        listing.stderr.strip()
+        == f"rlq: skipping {tiny_notebooks / 'empty.ipynb'}: the file is empty (0 bytes), not a notebook"
+    )
+    refused = run_cli("run", "empty")
+    assert refused.returncode == 2 and "unknown experiment 'empty'" in refused.stderr
     (tiny_notebooks / "broken.ipynb").write_text("{not json")
     assert "broken.ipynb" in run_cli("list").stderr
 
@@ -233,3 +243,65 @@ def test_a_failed_reattempt_does_not_keep_the_previous_attempts_numbers(tiny_not
         results["train_seconds"]
         > json.loads((run_dir / "attempts" / "1" / "results.json").read_text())["run_seconds"]
     )
+
+
+def _budget_notebook(folder):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Budget: a test experiment with a training budget"),
+        nbformat.v4.new_code_cell(
+            "total_timesteps = 1000  # environment steps [min: 1]\nseed = 0  # seed\nlr = 0.1  # a rate",
+            metadata={"tags": ["parameters"]},
+        ),
+        nbformat.v4.new_code_cell(
+            'PRESETS = {"quick": {}, "paper": {"total_timesteps": 60_000}}\n'
+            'PRESET_WALL_TIMES = {"quick": "about 10 s", "paper": "about 15-17 min on 2 cores (3 runs)"}',
+            metadata={"tags": ["presets"]},
+        ),
+    ]
+    nbformat.write(nb, folder / "budget.ipynb")
+
+
+def test_a_run_says_its_expected_wall_time_and_one_over_30_days_needs_yes(
+    tiny_notebooks, tmp_path, monkeypatch, capsys
+):
+    from rlq.experiments import runner
+    from rlq.experiments.wall_time import stated_seconds
+    from rlq.faces.cli import main
+
+    _budget_notebook(tiny_notebooks)
+    started = []
+    monkeypatch.setattr(
+        runner,
+        "run_experiment",
+        lambda name, preset, overrides, out, **kw: (
+            started.append(overrides) or runner.RunOutcome(out, "ok", {})
+        ),
+    )
+    out = tmp_path / "runs"
+    run = ["run", "budget", "--preset", "paper", "--out", str(out), "--quiet"]
+    assert main([*run, "-p", "total_timesteps", "1000000000000"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "rlq: error: estimated wall time 539 years at preset paper's pace: it states 17 min for "
+        "total_timesteps=60,000 (58.8 a second), scaled to total_timesteps=1,000,000,000,000; that is over 30 "
+        "days: pass --yes to run it anyway"
+    )
+    assert not started and not out.exists()
+    assert main([*run, "-p", "total_timesteps", "120000", "-p", "lr", "0.5", "-p", "seed", "3"]) == 0
+    assert capsys.readouterr().err.splitlines()[1] == (
+        "rlq: estimated wall time 34 min at preset paper's pace: it states 17 min for total_timesteps=60,000 "
+        "(58.8 a second), scaled to total_timesteps=120,000 (not accounting for the changed lr)"
+    )
+    assert main([*run, "-p", "total_timesteps", "1000000000000", "--yes"]) == 0
+    assert "estimated wall time 539 years" in capsys.readouterr().err
+    assert main(["run", "budget", "--preset", "quick", "--out", str(out)]) == 0
+    assert capsys.readouterr().err.splitlines()[1] == "rlq: preset quick states a wall time of about 10 s"
+    assert len(started) == 3
+    assert main(["run", "tiny", "--out", str(out)]) == 0  # no preset: no wall time to tell
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert [stated_seconds(t) for t in ("about 6.5 h (at 45 steps/s)", "47-50 min", "2.5 days", "none")] == [
+        23400.0, 3000.0, 216000.0, None,
+    ]  # fmt: skip

@@ -116,6 +116,16 @@ def test_bad_options_name_the_problem(kwargs, match):
         run_jobs(divmod_job, [{"a": 1, "b": 1}], **kwargs)
 
 
+def test_results_say_how_many_jobs_ran_side_by_side(tmp_path, monkeypatch):
+    from rlq.core.progress import PROGRESS_FILE_ENV, ProgressReader
+
+    monkeypatch.setenv(PROGRESS_FILE_ENV, str(tmp_path / "progress.jsonl"))
+    assert run_jobs(divmod_job, [{"a": 7, "b": 2}], workers=10_000).workers == 1
+    assert run_jobs(divmod_job, [], workers=4).workers == 0
+    events = ProgressReader(tmp_path / "progress.jsonl", from_end=False).read()
+    assert [e["workers"] for e in events if e["event"] == "jobs"] == [1]
+
+
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
 def test_bad_workers_name_the_problem(workers):
     with pytest.raises(ValueError, match="workers must be a positive int"):
@@ -281,7 +291,9 @@ def test_rlq_run_resume_runs_only_the_jobs_without_a_saved_result(tmp_path):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Jobs: three jobs, the last fails until a file exists"),
-        nbformat.v4.new_code_cell("n = 3  # jobs [min: 1]", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(
+            "n = 3  # jobs [min: 1]\nworkers = 1  # side by side [min: 1]", metadata={"tags": ["parameters"]}
+        ),
         nbformat.v4.new_code_cell(
             "import rlq\n"
             "from rlq.experiments.run_folders import run_dir\n"
@@ -289,7 +301,7 @@ def test_rlq_run_resume_runs_only_the_jobs_without_a_saved_result(tmp_path):
             "from test_parallel import fails_without_file\n"
             "out = run_dir()\n"
             "jobs = [{'i': i, 'keys': {'i': i}, 'out': str(out)} for i in range(n)]\n"
-            "results = run_jobs(fails_without_file, jobs, store=out / 'jobs', on_error='keep')\n"
+            "results = run_jobs(fails_without_file, jobs, workers, store=out / 'jobs', on_error='keep')\n"
             "rlq.record(failed=len(results.failures), loaded=len(results.loaded))\n"
             "assert not results.failures"
         ),
@@ -298,21 +310,29 @@ def test_rlq_run_resume_runs_only_the_jobs_without_a_saved_result(tmp_path):
     env = {
         **os.environ,
         "RLQ_NOTEBOOKS": str(folder),
-        "PYTHONPATH": os.path.dirname(os.path.abspath(__file__)),
+        # this folder for the job function, then the rlq this test imports (the kernel imports the same)
+        "PYTHONPATH": os.pathsep.join(
+            [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]
+        ),
     }
     cli = [sys.executable, "-m", "rlq.faces.cli", "run"]
     first = subprocess.run(
-        [*cli, "jobs", "--out", str(tmp_path / "out"), "--quiet"], env=env, capture_output=True, text=True
-    )
+        [*cli, "jobs", "-p", "workers", "10000", "--out", str(tmp_path / "out"), "--quiet"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
     assert first.returncode == 1, first.stderr
     run = first.stdout.strip().splitlines()[-1]
     results = json.loads(open(os.path.join(run, "results.json")).read())
     assert results["status"] == "failed" and results["failed"] == 1
+    # the workers asked for stay in params.json; results.json says how many ran: one per job, 3
+    assert json.loads(open(os.path.join(run, "params.json")).read())["workers"] == 10000
+    assert results["workers_used"] == 3
     open(os.path.join(run, "fixed"), "w").close()
     again = subprocess.run([*cli, "--resume", run, "--quiet"], env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     results = json.loads(open(os.path.join(run, "results.json")).read())
     assert results["failed"] == 0 and results["loaded"] == 2
+    assert results["workers_used"] == 1  # the one job left ran in the kernel
     assert sorted(os.listdir(os.path.join(run, "calls"))) == ["0-1", "1-1", "2-1", "2-2"]
 
 

@@ -3,6 +3,7 @@ runs, damaged state files. Bad input exits 2 before a kernel starts and leaves n
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -270,6 +271,12 @@ def test_sigterm_and_sighup_stop_a_run_like_ctrl_c(tmp_path, signum):
     assert code == 130
     assert results["status"] == "interrupted" and "resume" in results["error"]
     assert run_state(run_dir) == "interrupted"
+    # what the kernel prints as it is shut down goes to kernel.log: the terminal gets rlq's two lines only
+    assert proc.stderr.read().decode().splitlines() == [
+        "rlq: running sleepy (preset defaults)",
+        "rlq: interrupted",
+    ]
+    assert "[IPKernelApp]" in (run_dir / "kernel.log").read_text()
 
 
 # ---- damaged files
@@ -283,3 +290,156 @@ def test_damaged_json_names_the_file_and_what_to_do(tmp_path):
     path.write_text(json.dumps([1, 2]))
     with pytest.raises(ValueError, match="does not hold a JSON object"):
         read_json(path)
+
+
+def test_resuming_a_read_only_run_folder_exits_2_with_one_line_and_writes_nothing(tiny_notebooks, tmp_path):
+    """Read-only by its mode bits, which root (whom no permission stops) is held to as well."""
+    out = tmp_path / "runs"
+    assert run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out), "--quiet").returncode == 1
+    run_dir = next((out / "tiny").iterdir())
+    paths = [run_dir, *run_dir.rglob("*")]
+    modes = {p: p.stat().st_mode for p in paths}
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in paths}
+    for p in paths:
+        p.chmod(modes[p] & ~0o222)
+    try:
+        result = run_cli("run", "--resume", str(run_dir))
+        after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in [run_dir, *run_dir.rglob("*")]}
+    finally:
+        for p in paths:
+            p.chmod(modes[p])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"rlq: error: --resume {run_dir}: the run folder is read-only ({run_dir} is not writable); nothing was written"
+    )
+    assert after == before  # no lock, no archived attempt, no rewritten file
+
+
+# ---- a full disk
+
+
+def _filler_notebook(folder: Path) -> None:
+    """A notebook that records a number, then writes until the disk is full, as a checkpoint save would."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Filler: fills the disk mid-run"),
+        nbformat.v4.new_code_cell(
+            "megabytes = 64  # how much to write [min: 0]", metadata={"tags": ["parameters"]}
+        ),
+        nbformat.v4.new_code_cell(
+            'PRESETS = {"quick": {}, "paper": {}}\nPRESET_WALL_TIMES = {"quick": "5 s", "paper": "5 s"}',
+            metadata={"tags": ["presets"]},
+        ),
+        nbformat.v4.new_code_cell("import rlq\nrlq.record(started_training=1)"),
+        nbformat.v4.new_code_cell(
+            'with open("checkpoint.bin", "wb") as f:\n    for _ in range(megabytes):\n        f.write(b"0" * 2**20)\n'
+            "        f.flush()"
+        ),
+    ]
+    nbformat.write(nb, folder / "filler.ipynb")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """Return a 4 MiB tmpfs mounted for the test (root and mount needed, else the test is skipped)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_disk_filling_up_mid_run_leaves_it_failed_with_the_error(tmp_path, small_disk):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _filler_notebook(folder)
+    result = run_cli("run", "filler", "--out", str(small_disk), "--quiet", env={"RLQ_NOTEBOOKS": str(folder)})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    (run_dir,) = (small_disk / "filler").iterdir()
+    results = read_json(run_dir / RESULTS_FILE)
+    assert results["status"] == "failed" and run_state(run_dir) == "failed"
+    assert results["error"].startswith("OSError: [Errno 28] No space left on device")
+    assert results["started_training"] == 1  # what the notebook recorded stays
+    assert not (run_dir / runner.RESERVE_FILE).exists() and not list(run_dir.glob("*.tmp"))
+    assert f"rlq: run failed: {results['error']}" in result.stderr
+
+
+def test_a_disk_full_at_the_start_exits_2_with_one_line_and_leaves_no_run_folder(tiny_notebooks, small_disk):
+    with open(small_disk / "filling", "wb") as f:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                f.write(b"0" * 2**16)
+                f.flush()
+    result = run_cli("run", "tiny", "--out", str(small_disk / "runs"), "--quiet")
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert (
+        "cannot write the run folder (No space left on device); nothing ran, and the folder was removed"
+        in last
+    )
+    assert "Traceback" not in result.stderr and not list((small_disk / "runs").rglob("*"))
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_simulated_full_disk_mid_run_is_recorded_in_the_space_the_run_held(
+    tiny_notebooks, tmp_path, monkeypatch, capsys
+):
+    """Without a mount: the kernel fails on a full disk, after which results.json can be written only in the
+    space the run reserved at its start; where not even that is there, the run's end is printed instead."""
+    import papermill
+
+    from rlq.core import jsonio
+    from rlq.experiments.registry import get_experiment
+
+    disk, real_write = {"full": False, "reserve helps": True}, jsonio.write_json
+
+    def write_json(path, data):
+        reserved = (Path(path).parent / runner.RESERVE_FILE).exists()
+        if disk["full"] and (reserved or not disk["reserve helps"]):
+            _enospc()
+        real_write(path, data)
+
+    def kernel_fills_the_disk(*args, **kwargs):
+        disk["full"] = True
+        _enospc()
+
+    monkeypatch.setattr(runner, "write_json", write_json)
+    monkeypatch.setattr(papermill, "execute_notebook", kernel_fills_the_disk)
+    tiny = get_experiment("tiny")
+    for helps in (True, False):
+        disk.update({"full": False, "reserve helps": helps})
+        folder = tmp_path / str(helps)
+        folder.mkdir()
+        outcome = runner.execute(tiny, tiny.resolve(), folder, progress=False)
+        assert outcome.status == "failed" and outcome.results["error"].startswith(
+            "OSError: [Errno 28] No space"
+        )
+        assert not (folder / runner.RESERVE_FILE).exists()
+    assert read_json(tmp_path / "True" / RESULTS_FILE)["error"] == outcome.results["error"]
+    assert (
+        read_json(tmp_path / "False" / RESULTS_FILE)["status"] == "running"
+    )  # no space at all: it could not
+    assert capsys.readouterr().err.strip() == (
+        f"rlq: cannot record the run's end in {(tmp_path / 'False').resolve() / RESULTS_FILE}: No space left on device"
+    )
+
+
+def test_a_simulated_full_disk_at_the_start_exits_2_and_leaves_no_run_folder(
+    tiny_notebooks, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(os, "posix_fallocate", _enospc)  # the first write of a run: the space it holds
+    out = tmp_path / "runs"
+    assert main(["run", "tiny", "--out", str(out), "--quiet"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"rlq: error: {out.resolve() / 'tiny'}/") and last.endswith(
+        ": cannot write the run folder (No space left on device); nothing ran, and the folder was removed"
+    )
+    assert not list(out.rglob("*"))

@@ -341,6 +341,28 @@ def test_a_damaged_results_file_is_listed_unreadable_and_the_report_goes_on(tmp_
     assert row.verdict == "holds" and good.name in str(row.run)
 
 
+def test_the_printed_report_names_the_runs_it_skipped_as_unreadable_after_the_table(tmp_path):
+    from rlq.faces.report import text_report
+
+    parent = tmp_path / "runs"
+    _run(parent, "gst_classification", "medium", "ok", {})
+    bad = _run(parent, "gst_classification", "paper", "ok", {})
+    (bad / "results.json").write_text('{"status": "ok", "experi')  # cut off mid-write
+    published = tmp_path / "results" / "gst_td3_mujoco" / "medium"
+    published.mkdir(parents=True)
+    (published / "results.json").write_text("not json")
+    (published / "params.json").write_text("{}")
+    records = collect_runs(parent, tmp_path / "results")
+    runs = runs_table(records, Paths(parent / "report.html", tmp_path))
+    lines = text_report(claims_table(records), runs).splitlines()
+    assert lines[-2:] == [
+        f"skipped, unreadable: runs/gst_classification/{bad.name} (runs/gst_classification/{bad.name}/results.json "
+        "is damaged: not valid JSON (Unterminated string starting at: line 1 column 18 (char 17)))",
+        "skipped, unreadable: results/gst_td3_mujoco/medium (results/gst_td3_mujoco/medium/results.json is "
+        "damaged: not valid JSON (Expecting value: line 1 column 1 (char 0)))",
+    ]
+
+
 def test_a_reason_is_cut_at_its_first_clause_for_the_markdown_table():
     from rlq.faces.report import _short
 

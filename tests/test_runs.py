@@ -57,7 +57,8 @@ def test_interactive_run_dir_is_created_once_per_process(tmp_path, monkeypatch):
     assert first.parent == (tmp_path / "interactive").resolve()
     assert run_dir() == first
     record(x=1)
-    assert load_run(first)["results"] == {"x": 1}
+    assert load_run(first) == {"path": first, "params": {}, "results": {"x": 1}}  # no notebook: no parameters
+    assert (first / "params.json").is_file()
     assert list_runs(tmp_path) == [first]
 
 
@@ -149,8 +150,15 @@ def test_publish_refuses_a_variant_under_its_presets_name_and_takes_it_under_its
     target = results.publish(variant, name="medium_short")
     assert target == tmp_path / "data" / "results" / "gst_td3_mujoco" / "medium_short"
     assert (target / "summary.csv").read_text() == "a\n1\n"
+    # a run evaluated on fewer episodes measures something else: it cannot stand for the preset either
+    one_episode = _published_run(tmp_path, "gst_td3_mujoco", "medium", eval_episodes=1)
+    with pytest.raises(ValueError, match=r"\(it changes eval_episodes\)"):
+        results.publish(one_episode)
     # seeds and how a run runs do not make a variant: the preset's own run publishes under its name
-    same = _published_run(tmp_path, "gst_td3_mujoco", "medium", seeds=[0, 1, 2], workers=1)
+    plumbing = dict(workers=7, executor="ray", ray_address="auto", torch_threads=3, checkpoint_every=11)
+    same = _published_run(
+        tmp_path, "gst_td3_mujoco", "medium", seeds=[0, 1, 2], show_committed=False, **plumbing
+    )
     assert results.publish(same).name == "medium"
 
 
@@ -168,3 +176,111 @@ def test_publish_replaces_the_folder_as_a_whole(tmp_path, monkeypatch):
     assert sorted(p.name for p in target.iterdir()) == ["params.json", "results.json", "summary.csv"]
     assert (target / "summary.csv").read_text() == "a\n9\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["medium"]  # no staging folder left behind
+
+
+class Killed(BaseException):
+    """A kill at one step of a publish: nothing in publish catches it, so the files stay as a kill leaves them."""
+
+
+def _folder(path):
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())} if path.is_dir() else None
+
+
+@pytest.mark.parametrize("swap", ["exchange", "move aside"])
+def test_a_publish_killed_at_any_step_loses_no_committed_file_and_the_next_publish_recovers(
+    tmp_path, monkeypatch, caplog, swap
+):
+    """Each file operation of `publish --overwrite` (copies, writes, renames, deletions) is killed in turn; the
+    published folder then holds the old files or the new ones, and a plain publish after it puts a moved-aside
+    copy back and refuses to replace it. Where the file system cannot swap two folders in one step (``move
+    aside``), the old folder is moved aside first."""
+    import os
+    import shutil
+
+    import rlq.experiments.results as results
+
+    monkeypatch.setattr(results, "data_dir", lambda: tmp_path / "data")
+    old_run = _published_run(tmp_path, "gst_td3_mujoco", "medium")
+    new_run = _published_run(tmp_path, "gst_td3_mujoco", "medium")
+    (new_run / "summary.csv").write_text("a\n2\n")
+    (new_run / "history.csv").write_text("b\n3\n")
+    target = tmp_path / "data" / "results" / "gst_td3_mujoco" / "medium"
+    if swap == "move aside":
+        monkeypatch.setattr(results, "_exchange", lambda a, b: False)
+    steps, kill_at = [], [None]
+
+    def counted(name, func):
+        def step(*args, **kwargs):
+            if len(steps) == kill_at[0]:
+                raise Killed(name)
+            steps.append(name)
+            return func(*args, **kwargs)
+
+        return step
+
+    for module, name in [(os, "rename"), (shutil, "rmtree"), (shutil, "copy2"), (results, "write_json")]:
+        monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
+    monkeypatch.setattr(results, "_exchange", counted("exchange", results._exchange))
+
+    results.publish(old_run)
+    committed = _folder(target)
+    steps.clear()
+    results.publish(new_run, overwrite=True)
+    published, swap_steps = _folder(target), list(steps)
+    assert committed["summary.csv"] == b"a\n1\n" and published["summary.csv"] == b"a\n2\n"
+    assert swap_steps.count("rename") == (0 if swap == "exchange" else 2) and "exchange" in swap_steps
+    for k in range(len(swap_steps)):
+        shutil.rmtree(target.parent)
+        kill_at[0] = None
+        results.publish(old_run)
+        steps.clear()
+        kill_at[0] = k
+        with pytest.raises(Killed):
+            results.publish(new_run, overwrite=True)
+        kill_at[0] = None
+        aside = target.with_name(".medium.replaced")
+        assert _folder(target) in (committed, published) or (
+            _folder(target) is None and _folder(aside) == committed
+        ), f"killed at step {k} ({swap_steps[k]})"
+        caplog.clear()
+        with pytest.raises(FileExistsError, match="already holds published results"):
+            results.publish(old_run)  # a plain publish: puts the old folder back and replaces nothing
+        assert _folder(target) in (committed, published), f"killed at step {k} ({swap_steps[k]})"
+        assert [p.name for p in target.parent.iterdir()] == ["medium"], f"killed at step {k}"
+        if "put back" in caplog.text:
+            assert _folder(target) == committed and str(target) in caplog.text
+
+
+def test_a_jupyterlab_run_folder_holds_its_parameters_and_the_cli_lists_and_resumes_it(
+    tiny_notebooks, tmp_path
+):
+    """An IPython process stands for the JupyterLab kernel: JupyterLab names the notebook in
+    ``JPY_SESSION_NAME``, the parameters cell's values are in the namespace, and the process ends (is
+    interrupted) before the notebook's record cell."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import run_cli
+
+    runs = tmp_path / "runs"
+    env = {**os.environ, "JPY_SESSION_NAME": str(tiny_notebooks / "tiny.ipynb"), "RLQ_RUNS": str(runs)}
+    env.pop(RUN_DIR_ENV, None)
+    cell = "x = 4\nscale = 0.5\nlabel = 'b'\nflag = False\nsizes = [1, 2, 3]\nfail = False\n"
+    code = cell + "from rlq.experiments.run_folders import run_dir\nprint(run_dir())\n"
+    kernel = subprocess.run(
+        [sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c", code],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert kernel.returncode == 0, kernel.stderr
+    (folder,) = (runs / "interactive").iterdir()
+    assert str(folder) in kernel.stdout
+    params = {"x": 4, "scale": 0.5, "label": "b", "flag": False, "sizes": [1, 2, 3], "fail": False}
+    assert json.loads((folder / "params.json").read_text()) == params
+    assert json.loads((folder / "results.json").read_text())["experiment"] == "tiny"
+    listing = run_cli("runs", "--runs", str(runs))
+    assert listing.stdout.split("  ")[:2] == [str(folder), "interrupted"], listing.stdout
+    resumed = run_cli("run", "--resume", str(folder), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    results = json.loads((folder / "results.json").read_text())
+    assert results["status"] == "ok" and results["total"] == 2.0 and results["n_sizes"] == 3

@@ -55,10 +55,14 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
     """Write ``data`` as indented JSON atomically (a crash never leaves half a file)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, say: no half-written temporary file stays beside the file
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import logging
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from rlq.experiments.constraints import Constraint, ConstraintError, check_value
 from rlq.experiments.paths import notebooks_dir
 
 REQUIRED_PRESETS = ("quick", "paper")
+log = logging.getLogger(__name__)
 
 
 class ExperimentError(ValueError):
@@ -303,10 +305,15 @@ def is_experiment_notebook(path: str | Path) -> bool:
     """Return whether the notebook at ``path`` is an experiment: it has a cell tagged ``parameters``.
 
     Notebooks without one (an ``Untitled.ipynb`` JupyterLab created, a scratch notebook) are not listed or
-    run; a file that is not valid JSON counts as one, so that loading it names the damage.
+    run, nor is an empty file (0 bytes), which is logged as a warning; a file that is not valid JSON counts as
+    one, so that loading it names the damage.
     """
+    text = Path(path).read_text()
+    if not text.strip():
+        log.warning("rlq: skipping %s: the file is empty (%d bytes), not a notebook", path, len(text))
+        return False
     try:
-        cells = json.loads(Path(path).read_text()).get("cells", [])
+        cells = json.loads(text).get("cells", [])
     except (ValueError, AttributeError):
         return True
     return any("parameters" in (cell.get("metadata", {}).get("tags") or []) for cell in cells)

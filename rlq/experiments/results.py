@@ -8,6 +8,10 @@ both readers map them to today's (:func:`normalize_method_names`), so the commit
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -27,6 +31,7 @@ _LEGACY_WORD = re.compile(
 )
 
 Named = TypeVar("Named", pd.DataFrame, dict)
+log = logging.getLogger(__name__)
 
 
 def _rename(text: Any) -> Any:
@@ -80,20 +85,14 @@ def load_committed_results(experiment: str, preset: str) -> dict[str, Any] | Non
     return normalize_method_names(read_json(path)) if path.exists() else None
 
 
-FREE_KEYS = frozenset(
-    {
-        "seed",
-        "seeds",
-        "workers",
-        "executor",
-        "ray_address",
-        "torch_threads",
-        "checkpoint_every",
-        "show_committed",
-        "eval_episodes",
-    }
+PLUMBING_KEYS = frozenset(
+    {"workers", "executor", "ray_address", "torch_threads", "checkpoint_every", "show_committed"}
 )
-"""Parameters a run may change and still answer its preset's claims: how many seeds, how it runs, what it shows."""
+"""Parameters of how a run was executed and shown, which leave each of its trainings as it is."""
+FREE_KEYS = PLUMBING_KEYS | {"seed", "seeds"}
+"""Parameters a run may change and still answer its preset's claims: how it runs and shows, and its seeds
+(how many seeds a claim needs, the claim itself says). Anything else, ``eval_episodes`` included, changes
+what the run measures."""
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_]*")
 _RESOLVED: dict[tuple[str, str | None], dict[str, Any]] = {}
@@ -127,7 +126,10 @@ def publish(
     the registry's experiment names. Refuses a run that did not finish (``status`` other than ``ok``), a
     variant of its preset (:func:`variant_params`) under the preset's name (it goes under a ``name`` of its
     own) and, unless ``overwrite``, a destination that already holds results. The destination is replaced
-    as a whole: no file of an earlier publish stays beside the new one.
+    as a whole (no file of an earlier publish stays beside the new one): the new folder is written beside it
+    and swapped in (:func:`replace_folder`), so a publish killed at any moment leaves the old folder or the
+    new one, in place or, where the file system cannot swap folders, moved aside; a publish first puts back
+    what a killed one left (:func:`recover_folder`).
     """
     run_dir = Path(run_dir)
     if not (run_dir / RESULTS_FILE).is_file():
@@ -142,35 +144,93 @@ def publish(
     if name is not None and not _NAME.fullmatch(name):
         raise ValueError(f"publish name {name!r} must be lower-case letters, digits and underscores")
     if dest is None:  # into data/results: only the registry's experiment and preset names, no path in them
-        from rlq.experiments.registry import get_experiment
-
-        known = get_experiment(str(experiment)).presets
-        if preset not in known:
-            raise ValueError(
-                f"{run_dir}: preset {preset!r} is not one of {experiment}'s presets {sorted(known)}"
-            )
-        changed = variant_params(str(experiment), str(preset), read_json(run_dir / PARAMS_FILE))
-        if name in (None, preset) and changed:
-            raise ValueError(
-                f"{run_dir} is a variant of {experiment}'s {preset} preset (it changes {', '.join(changed)}); "
-                f"publish it under a name of its own: rlq publish {run_dir} --as {preset}_{changed[0]}"
-            )
-        if name in known and name != preset:
-            raise ValueError(f"{name!r} is another preset of {experiment}; a variant's name must not be one")
+        _check_preset_name(run_dir, str(experiment), str(preset), name)
     target = Path(dest) if dest is not None else committed_dir(experiment, name or preset)
+    recover_folder(target)
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f"{target} already holds published results; pass --overwrite to replace them")
-    staging = target.with_name(f".{target.name}.publishing")
-    shutil.rmtree(staging, ignore_errors=True)  # left by a publish that was killed
+    staging = _staging(target)
     staging.mkdir(parents=True)
     for csv in sorted(run_dir.glob("*.csv")):
         shutil.copy2(csv, staging / csv.name)
     shutil.copy2(run_dir / PARAMS_FILE, staging / PARAMS_FILE)
     write_json(staging / RESULTS_FILE, {**results, "run_folder": run_dir.name})
-    old = target.with_name(f".{target.name}.replaced")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        target.rename(old)
-    staging.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_folder(staging, target)
     return target
+
+
+def _check_preset_name(run_dir: Path, experiment: str, preset: str, name: str | None) -> None:
+    """Raise unless ``preset`` is one of ``experiment``'s and the run may be published under ``name`` (or it)."""
+    from rlq.experiments.registry import get_experiment
+
+    known = get_experiment(experiment).presets
+    if preset not in known:
+        raise ValueError(f"{run_dir}: preset {preset!r} is not one of {experiment}'s presets {sorted(known)}")
+    changed = variant_params(experiment, preset, read_json(run_dir / PARAMS_FILE))
+    if name in (None, preset) and changed:
+        raise ValueError(
+            f"{run_dir} is a variant of {experiment}'s {preset} preset (it changes {', '.join(changed)}); "
+            f"publish it under a name of its own: rlq publish {run_dir} --as {preset}_{changed[0]}"
+        )
+    if name in known and name != preset:
+        raise ValueError(f"{name!r} is another preset of {experiment}; a variant's name must not be one")
+
+
+def _staging(target: Path) -> Path:
+    return target.with_name(f".{target.name}.publishing")
+
+
+def _aside(target: Path) -> Path:
+    return target.with_name(f".{target.name}.replaced")
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Return True after swapping the folders ``a`` and ``b`` in one step (Linux ``renameat2``), False where
+    this system or file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def replace_folder(staging: Path, target: Path) -> None:
+    """Put the folder ``staging`` at ``target`` and delete the folder that was there, if any.
+
+    The two are swapped in one step where the file system can (then the old folder, now at ``staging``, is
+    deleted). Elsewhere the old folder is first moved aside to ``.<name>.replaced``; a kill before the new
+    one is in place leaves it there, and :func:`recover_folder` puts it back.
+    """
+    if not target.exists():
+        os.rename(staging, target)
+    elif _exchange(staging, target):
+        shutil.rmtree(staging)
+    else:
+        os.rename(target, _aside(target))
+        os.rename(staging, target)
+        shutil.rmtree(_aside(target))
+
+
+def recover_folder(target: Path) -> None:
+    """Undo what a :func:`replace_folder` that was killed left of ``target``, logging each step as a warning.
+
+    A folder moved aside while ``target`` is missing is put back; one moved aside after the new folder was in
+    place (the replace had done its swap) is deleted, as is a half-written or swapped-out staging folder.
+    """
+    aside, staging = _aside(target), _staging(target)
+    if aside.exists() and not target.exists():
+        os.rename(aside, target)
+        log.warning(
+            "rlq: %s was missing: put back from %s, where a stopped publish had moved it", target, aside
+        )
+    elif aside.exists():
+        shutil.rmtree(aside)
+        log.warning("rlq: removed %s, the copy a stopped publish had replaced by %s", aside, target)
+    if staging.exists():
+        shutil.rmtree(staging)  # a stopped publish's new files (or, once swapped, the replaced ones)

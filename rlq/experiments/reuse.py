@@ -10,7 +10,7 @@ tables: ``summary``, ``history``, ``curve`` and ``events``, one row group per ru
 jobs train through :func:`rlq.experiments.gst.train_and_evaluate_all` keep their runs this way.
 
 A source is refused unless it is a finished run of the same experiment whose parameters equal the new run's
-apart from which runs it holds (:data:`SELECTION_KEYS`) and how it ran (:data:`PLUMBING_KEYS`). Two sources
+apart from which runs it holds (:data:`SELECTION_KEYS`) and how it ran (:data:`rlq.experiments.results.PLUMBING_KEYS`). Two sources
 holding the same run, or a run the folder already holds, are refused too: nothing is overwritten. A
 ``--retrain`` that names no run of the sources is refused as a typo would be.
 """
@@ -25,16 +25,12 @@ from typing import Any
 import pandas as pd
 
 from rlq.core.jsonio import read_json
-from rlq.experiments.results import normalize_method_names
+from rlq.experiments.results import PLUMBING_KEYS, normalize_method_names
 from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE, run_state
 from rlq.rl.parallel import JOBS_FOLDER, ResultStore
 
 SELECTION_KEYS = frozenset({"seeds", "method_seeds", "methods", "env_ids"})
 """Parameters that choose which runs a folder holds, not how each run trains."""
-PLUMBING_KEYS = frozenset(
-    {"workers", "executor", "ray_address", "torch_threads", "checkpoint_every", "show_committed"}
-)
-"""Parameters of how the runs were executed and shown, which leave each run's training as it is."""
 TABLES = ("summary", "history", "curve", "events")
 """The published tables a run is rebuilt from (``layers`` is not published: a rebuilt run has none)."""
 

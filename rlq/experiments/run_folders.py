@@ -11,6 +11,7 @@ import math
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -42,6 +43,7 @@ RESERVED_KEYS = frozenset(
         "finished",
         "reused",
         "retrained",
+        "workers_used",
     }
 )
 
@@ -75,8 +77,9 @@ def new_run_dir(
 def run_dir() -> Path:
     """Return this process's run folder: the runner's ``RLQ_RUN_DIR``, or a new ``runs/interactive/...`` one.
 
-    In JupyterLab (no runner) the first call creates a folder and exports it in ``RLQ_RUN_DIR``, so later
-    calls in the same kernel, and :func:`record`, use the same folder.
+    In JupyterLab (no runner) the first call creates a folder, writes its ``params.json``
+    (:func:`describe_interactive_run`) and exports it in ``RLQ_RUN_DIR``, so later calls in the same kernel,
+    and :func:`record`, use the same folder.
     """
     env = os.environ.get(RUN_DIR_ENV)
     if env:
@@ -86,8 +89,56 @@ def run_dir() -> Path:
     from rlq.experiments.paths import default_runs_dir
 
     path = new_run_dir(default_runs_dir(), "interactive").resolve()
+    describe_interactive_run(path)
     os.environ[RUN_DIR_ENV] = str(path)
     return path
+
+
+def _kernel_notebook() -> tuple[dict[str, Any], Path | None]:
+    """Return the IPython namespace of this process ({} outside IPython) and the notebook it runs, if known."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    namespace = getattr(shell, "user_ns", None) or {}
+    session = os.environ.get("JPY_SESSION_NAME") or namespace.get("__session__")  # set by JupyterLab
+    return namespace, Path(session) if session else None
+
+
+def describe_interactive_run(path: Path) -> None:
+    """Write what the CLI needs to list and resume the new run folder ``path`` of a notebook outside the runner.
+
+    ``params.json`` holds the values of the experiment's parameters in the kernel (JupyterLab names the
+    notebook; the experiment is the registry's notebook of that name), ``{}`` where no experiment notebook is
+    known. For a known one, ``results.json`` says ``running`` and the kernel keeps a heartbeat in
+    ``runner.json`` and the folder's lock until it ends: ``rlq runs`` then shows it running, and interrupted
+    once the kernel is gone, when ``rlq run --resume`` continues it with those parameters.
+    """
+    from rlq.experiments.registry import ExperimentError, get_experiment
+
+    namespace, notebook = _kernel_notebook()
+    experiment = None
+    if notebook is not None:
+        try:
+            experiment = get_experiment(notebook.stem)
+        except ExperimentError:
+            experiment = None
+    params = {}
+    for name in experiment.parameters if experiment is not None else ():
+        try:  # a value the kernel replaced by something JSON cannot hold is left out (a resume names it)
+            params[name] = json_safe(namespace[name], name, strict=True)
+        except (KeyError, TypeError):
+            continue
+    write_json(path / PARAMS_FILE, params)
+    if experiment is None:
+        return
+    from rlq.experiments.run_lock import hold_run_folder
+
+    status = {"status": "running", "experiment": experiment.name, "preset": params.get("preset")}
+    write_json(path / RESULTS_FILE, {**status, "started": utc_stamp()})
+    hold_run_folder(path)
+    _KERNEL_HEARTBEAT.append(Heartbeat(path).start())
+
+
+_KERNEL_HEARTBEAT: list[Heartbeat] = []
 
 
 class Recorded(dict):

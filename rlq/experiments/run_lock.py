@@ -24,10 +24,8 @@ class RunFolderBusy(ExperimentError):
     """Another process holds the run folder's lock (``rlq`` exits 2 naming it)."""
 
 
-@contextmanager
-def run_folder_lock(path: str | Path) -> Iterator[None]:
-    """Hold the exclusive lock of run folder ``path`` for the block, or raise :class:`RunFolderBusy` naming its holder."""
-    path = Path(path)
+def _acquire(path: Path) -> int:
+    """Return the descriptor of ``path``'s lock file after locking it, or raise :class:`RunFolderBusy`."""
     fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -38,10 +36,28 @@ def run_folder_lock(path: str | Path) -> Iterator[None]:
             f"run folder {path} is still running (in use by {holder}); wait for it to end, or stop it, before "
             "resuming it"
         ) from None
-    try:
+    try:  # the holder's name is for the message a second process gets; the lock holds without it
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}".encode())
+    except OSError:
+        pass
+    return fd
+
+
+@contextmanager
+def run_folder_lock(path: str | Path) -> Iterator[None]:
+    """Hold the exclusive lock of run folder ``path`` for the block, or raise :class:`RunFolderBusy` naming its holder."""
+    fd = _acquire(Path(path))
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def hold_run_folder(path: str | Path) -> None:
+    """Lock run folder ``path`` until this process ends (a JupyterLab kernel's own run folder)."""
+    _HELD.append(_acquire(Path(path)))
+
+
+_HELD: list[int] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlq.core.jsonio import read_json, write_json
-from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV
+from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV, ProgressReader
 from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
 from rlq.experiments.reuse import plan_reuse, replaced_runs, save_reuse
@@ -29,7 +30,7 @@ from rlq.experiments.run_folders import (
     run_state,
     utc_stamp,
 )
-from rlq.experiments.run_lock import run_folder_lock
+from rlq.experiments.run_lock import LOCK_FILE, run_folder_lock
 
 log = logging.getLogger(__name__)
 
@@ -101,20 +102,15 @@ def execute(
     """
     import papermill as pm
 
-    path = Path(path).resolve()
-    write_json(path / PARAMS_FILE, params)
-    # an attempt starts from the earlier attempts' training time only: their numbers are archived under
-    # attempts/<n>/, and a re-attempt that fails before recording must not show them as its own
-    earlier = read_json(path / RESULTS_FILE)
-    results = {k: earlier[k] for k in ("train_seconds", "reused", "retrained") if k in earlier}
-    results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
-    write_json(path / RESULTS_FILE, results)
+    from rlq.experiments.kernel_log import LoggedKernelManager
 
+    path = Path(path).resolve()
+    _begin(path, experiment, params, preset)
     previous_env = os.environ.get(RUN_DIR_ENV)
     os.environ[RUN_DIR_ENV] = str(path)  # the kernel inherits it; rlq.record() writes there
     start = time.perf_counter()
     status, error = "ok", None
-    heartbeat = Heartbeat(path)
+    heartbeat, events = Heartbeat(path), ProgressReader(path / PROGRESS_FILE)  # this attempt's events
     try:
         heartbeat.start()
         with live_progress(path, show=progress):
@@ -126,6 +122,7 @@ def execute(
                 progress_bar=progress and _on_terminal(),  # papermill's cell counter is noise in a log
                 log_output=log_output,
                 request_save_on_cell_execute=True,
+                kernel_manager_class=LoggedKernelManager,  # the kernel's stderr into kernel.log
             )
     except KeyboardInterrupt:
         status, error = (
@@ -141,15 +138,72 @@ def execute(
             os.environ.pop(RUN_DIR_ENV, None)
         else:
             os.environ[RUN_DIR_ENV] = previous_env
-        results = read_json(path / RESULTS_FILE)  # now holding what the notebook recorded
-        seconds = round(time.perf_counter() - start, 2)
-        results.update(status=status, finished=utc_stamp(), run_seconds=seconds)
-        if not reanalysis:
-            results["train_seconds"] = round(float(results.get("train_seconds") or 0.0) + seconds, 2)
-        if error:
-            results["error"] = error
-        write_json(path / RESULTS_FILE, results)
+        results = _finish(path, status, error, round(time.perf_counter() - start, 2), reanalysis, events)
     return RunOutcome(path, status, results)
+
+
+RESERVE_FILE = ".reserved"
+"""Space a run holds in its folder while it runs, given up for the last write of results.json on a full disk."""
+RESERVE_BYTES = 1 << 20
+
+
+class RunNotStarted(ExperimentError):
+    """The run folder could not be written before the notebook started (a full disk, say): nothing ran."""
+
+
+def _begin(path: Path, experiment: Experiment, params: dict[str, Any], preset: str | None) -> None:
+    """Reserve space in ``path`` and write its params.json and a ``running`` results.json, or raise
+    :class:`RunNotStarted` leaving both as they were."""
+    try:
+        with open(path / RESERVE_FILE, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, RESERVE_BYTES)
+        write_json(path / PARAMS_FILE, params)
+        # an attempt starts from the earlier attempts' training time only: their numbers are archived under
+        # attempts/<n>/, and a re-attempt that fails before recording must not show them as its own
+        earlier = read_json(path / RESULTS_FILE)
+        results = {k: earlier[k] for k in ("train_seconds", "reused", "retrained") if k in earlier}
+        results.update(status="running", experiment=experiment.name, preset=preset, started=utc_stamp())
+        write_json(path / RESULTS_FILE, results)
+    except OSError as e:
+        (path / RESERVE_FILE).unlink(missing_ok=True)
+        raise RunNotStarted(f"{path}: cannot write the run folder ({e.strerror or e})") from None
+
+
+def _finish(
+    path: Path, status: str, error: str | None, seconds: float, reanalysis: bool, events: ProgressReader
+) -> dict[str, Any]:
+    """Return the run's results after writing them with its end (status, error, times) into results.json.
+
+    ``workers_used`` is the most training jobs that ran side by side, as the attempt's progress ``events`` say
+    (:func:`rlq.rl.parallel.run_jobs` reports it): ``-p workers 10000`` over 6 jobs uses 6.
+
+    On a full disk the space held since :func:`_begin` is given up for this write; where even that fails,
+    the results are returned and the failure is printed, results.json still saying ``running``.
+    """
+    results = read_json(path / RESULTS_FILE)  # now holding what the notebook recorded
+    results.update(status=status, finished=utc_stamp(), run_seconds=seconds)
+    if not reanalysis:
+        results["train_seconds"] = round(float(results.get("train_seconds") or 0.0) + seconds, 2)
+    if error:
+        results["error"] = error
+    used = [
+        e["workers"] for e in events.read() if e.get("event") == "jobs" and isinstance(e.get("workers"), int)
+    ]
+    if used:
+        results["workers_used"] = max(used)
+    try:
+        try:
+            write_json(path / RESULTS_FILE, results)
+        except OSError:
+            (path / RESERVE_FILE).unlink(missing_ok=True)
+            write_json(path / RESULTS_FILE, results)
+    except OSError as e:
+        print(
+            f"rlq: cannot record the run's end in {path / RESULTS_FILE}: {e.strerror or e}", file=sys.stderr
+        )
+    finally:
+        (path / RESERVE_FILE).unlink(missing_ok=True)
+    return results
 
 
 def run_experiment(
@@ -174,11 +228,28 @@ def run_experiment(
     plan = plan_reuse(reuse, experiment.name, params, retrain) if reuse or retrain else []
     replaced = replaced_runs(reuse, experiment.name, params, retrain) if retrain else []
     path = create_run_dir(out, experiment.name)
-    with run_folder_lock(path):
-        if plan:
-            reused = {"reused": save_reuse(plan, path), **({"retrained": replaced} if retrain else {})}
-            write_json(path / RESULTS_FILE, reused)
-        return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
+    try:
+        with contextlib.ExitStack() as held:
+            with _unwritten(path):
+                held.enter_context(run_folder_lock(path))
+                if plan:
+                    retrained = {"retrained": replaced} if retrain else {}
+                    write_json(path / RESULTS_FILE, {"reused": save_reuse(plan, path), **retrained})
+            return execute(experiment, params, path, preset=params.get("preset", preset), **kwargs)
+    except RunNotStarted as e:  # only before the notebook started: execute records every later failure
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # the experiment's folder, if this run was its first
+        raise ExperimentError(f"{e}; nothing ran, and the folder was removed") from None
+
+
+@contextmanager
+def _unwritten(path: Path) -> Iterator[None]:
+    """Turn an OSError of the block (a full disk, say) into :class:`RunNotStarted` naming ``path``."""
+    try:
+        yield
+    except OSError as e:
+        raise RunNotStarted(f"{path}: cannot write the run folder ({e.strerror or e})") from None
 
 
 def check_out_dir(out: str | Path) -> Path:
@@ -189,9 +260,31 @@ def check_out_dir(out: str | Path) -> Path:
         existing = existing.parent
     if not existing.is_dir():
         raise ExperimentError(f"--out {out}: {existing} is a file, not a folder for run folders")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not writable(existing):
         raise ExperimentError(f"--out {out}: cannot create a run folder there ({existing} is not writable)")
     return out
+
+
+def writable(path: str | Path) -> bool:
+    """Return True when ``path`` (a folder: files can be created in it) may be written: the system grants it and,
+    for root (whom no permission stops), its mode bits allow some write, so a path made read-only is taken as
+    meant."""
+    path = Path(path)
+    if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
+        return False
+    return os.geteuid() != 0 or bool(path.stat().st_mode & 0o222)
+
+
+def check_run_folder_writable(path: Path) -> None:
+    """Raise ExperimentError naming the first folder of run folder ``path`` (or a file it rewrites in place) that
+    cannot be written; checked before anything is written there."""
+    folders = [Path(folder) for folder, _, _ in os.walk(path)]
+    in_place = [path / name for name in (LOCK_FILE, PROGRESS_FILE) if (path / name).exists()]
+    for where in folders + in_place:
+        if not writable(where):
+            raise ExperimentError(
+                f"--resume {path}: the run folder is read-only ({where} is not writable); nothing was written"
+            )
 
 
 def create_run_dir(out: str | Path, name: str) -> Path:
@@ -214,6 +307,7 @@ def resume_run(path: str | Path, rerun: bool = False, **kwargs: Any) -> RunOutco
     path = Path(path)
     if not (path / PARAMS_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a run folder (no {PARAMS_FILE})")
+    check_run_folder_writable(path)
     with run_folder_lock(path):  # one writer per run folder: checked, archived and run under the lock
         return _resume_locked(path, rerun, **kwargs)
 
@@ -248,9 +342,16 @@ def _resume_locked(path: Path, rerun: bool, **kwargs: Any) -> RunOutcome:
     while (path / "attempts" / str(n)).exists():
         n += 1
     archive = path / "attempts" / str(n)
-    archive.mkdir(parents=True)
-    for name in (NOTEBOOK_FILE, RESULTS_FILE):
-        if (path / name).exists():
-            shutil.copy2(path / name, archive / name)
     reanalysis = previous.get("status") == "ok"
-    return execute(experiment, params, path, preset=previous.get("preset"), reanalysis=reanalysis, **kwargs)
+    try:
+        with _unwritten(path):
+            archive.mkdir(parents=True)
+            for name in (NOTEBOOK_FILE, RESULTS_FILE):
+                if (path / name).exists():
+                    shutil.copy2(path / name, archive / name)
+        return execute(
+            experiment, params, path, preset=previous.get("preset"), reanalysis=reanalysis, **kwargs
+        )
+    except RunNotStarted as e:  # only before the notebook started: execute records every later failure
+        shutil.rmtree(archive, ignore_errors=True)
+        raise ExperimentError(f"{e}; nothing ran, and the run folder is as it was") from None

@@ -83,7 +83,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
             plan_reuse(args.reuse, experiment.name, params, args.retrain)
         check_out_dir(args.out)
+        wall = _wall_time(experiment, params.get("preset", args.preset), params, args.yes)
         print(f"rlq: running {args.name} (preset {args.preset or 'defaults'})", file=sys.stderr)
+        if wall:
+            print(f"rlq: {wall}", file=sys.stderr)
         outcome = run_experiment(
             args.name,
             args.preset,
@@ -98,6 +101,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"rlq: run {outcome.status}: {outcome.results.get('error', '')}", file=sys.stderr)
     print(outcome.path)
     return 0 if outcome.ok else 1
+
+
+def _wall_time(experiment: Experiment, preset: str | None, params: dict[str, Any], yes: bool) -> str:
+    """Return the run's expected wall time as text, or raise ExperimentError when it is absurd and not ``yes``."""
+    from rlq.experiments.wall_time import MAX_SECONDS, estimate_wall_time
+
+    wall = estimate_wall_time(experiment, preset, params)
+    if wall.absurd and not yes:
+        raise ExperimentError(
+            f"{wall.text}; that is over {MAX_SECONDS / 86400:.0f} days: pass --yes to run it anyway"
+        )
+    return wall.text
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -234,6 +249,7 @@ def _add_run(sub: Any) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--log-output", action="store_true", help="stream the notebook's cell output")
+    p.add_argument("--yes", action="store_true", help="run even when the estimated wall time is over 30 days")
     p.set_defaults(func=_cmd_run)
 
 

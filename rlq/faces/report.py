@@ -287,7 +287,13 @@ def text_report(table: pd.DataFrame, runs: pd.DataFrame) -> str:
             claim_text(r) if first else "", paper_text(r.paper_value, r.paper_low, r.paper_high, r.unit),
             r.preset or "", ours_text(r), seeds_text(r), r.verdict, overall_text(r) if first else "",
         ])  # fmt: skip
-    return "\n".join([*lines, *_columns(rows)])
+    return "\n".join([*lines, *_columns(rows), *unreadable_lines(runs)])
+
+
+def unreadable_lines(runs: pd.DataFrame) -> list[str]:
+    """Return one line per run folder or published result the report skipped as unreadable, with the damage."""
+    skipped = runs[runs["status"] == UNREADABLE]
+    return [f"skipped, unreadable: {r.folder} ({r.error})" for r in skipped.itertuples()]
 
 
 def _preset_cell(row: Any) -> str:

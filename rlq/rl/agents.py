@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +20,9 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat
 
 from rlq.core import progress
-from rlq.core.jsonio import read_json, write_json
+from rlq.core.jsonio import read_json
 from rlq.rl.algorithms import check_algorithm_name
+from rlq.rl.checkpoints import KEEP_CHECKPOINTS, Checkpointer, latest_checkpoint, move_away_advice
 from rlq.rl.envs import is_atari, make_vec_env
 from rlq.rl.episodes import finished_episodes
 from rlq.rl.progress import TrainingProgress, report_already_trained, training_label
@@ -172,36 +172,6 @@ class EpisodeRecorder(BaseCallback):
 
 
 log = logging.getLogger(__name__)
-_CKPT = re.compile(r"model_(\d+)_steps\.zip$")
-
-
-def latest_checkpoint(folder: str | Path) -> tuple[int, Path] | None:
-    """Return ``(timesteps, path)`` of the newest complete checkpoint in ``folder``, or None.
-
-    Complete: its model, curve and state files exist, and its replay buffer too where the folder holds
-    replay buffers (an off-policy run). A newer incomplete one (a save that was killed) is logged and passed
-    over: training resumes from the newest checkpoint that has everything, its replay buffer included.
-    """
-    folder = Path(folder)
-    buffers = any(folder.glob("replay_*_steps.pkl"))
-    found, partial = [], []
-    for p in folder.glob("model_*_steps.zip"):
-        m = _CKPT.search(p.name)
-        if not m:
-            continue
-        steps = m.group(1)
-        needed = [f"curve_{steps}_steps.csv", f"state_{steps}_steps.json"] + (
-            [f"replay_{steps}_steps.pkl"] if buffers else []
-        )
-        (found if all((folder / name).exists() for name in needed) else partial).append((int(steps), p))
-    newest = max(found) if found else None
-    newer = [s for s, _ in partial if newest is None or s > newest[0]]
-    if newer:
-        log.warning(
-            "%s: the checkpoint at %d steps is incomplete (a save was interrupted); resuming from %s",
-            folder, max(newer), f"{newest[0]} steps" if newest else "the start",
-        )  # fmt: skip
-    return newest
 
 
 def stateful_callbacks(callbacks: list[BaseCallback]) -> dict[str, Any]:
@@ -224,67 +194,6 @@ def stateful_callbacks(callbacks: list[BaseCallback]) -> dict[str, Any]:
                 raise ValueError(f"two callbacks share the checkpoint_key {key!r}")
             found[key] = callback
     return found
-
-
-class Checkpointer(BaseCallback):
-    """Every ``every`` timesteps save model, learning curve and (off-policy) replay buffer, atomically.
-
-    Models and curves are kept, one file per checkpoint; only the newest replay buffer is kept, since
-    each one is as large as the buffer. ``save_model(model, path)`` replaces ``model.save(path)`` (e.g.
-    :func:`rlq.sb3.checkpoint.save_compressed` for compressed policies); the state of ``stateful``
-    callbacks (``{checkpoint_key: callback}``) is kept in the checkpoint's ``state_<steps>_steps.json``.
-    """
-
-    def __init__(
-        self,
-        folder: Path,
-        every: int,
-        recorder: EpisodeRecorder,
-        save_model: Callable[[Any, Path], Any] | None = None,
-        stateful: dict[str, Any] | None = None,
-    ):
-        super().__init__()
-        self.folder, self.every, self.recorder = Path(folder), int(every), recorder
-        self.save_model, self.stateful = save_model, dict(stateful or {})
-        self._last = 0
-
-    def _on_training_start(self) -> None:
-        self._last = self.num_timesteps
-
-    def _on_step(self) -> bool:
-        if self.every > 0 and self.num_timesteps - self._last >= self.every:
-            self.save()
-        return True
-
-    def save(self) -> Path:
-        """Return the path of a checkpoint written now."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        steps = self.num_timesteps
-        target = self.folder / f"model_{steps}_steps.zip"
-        tmp_model = self.folder / f".tmp_model_{steps}.zip"
-        if self.save_model is None:
-            self.model.save(tmp_model)
-        else:
-            self.save_model(self.model, tmp_model)
-        replay = getattr(self.model, "replay_buffer", None) is not None
-        if replay:
-            tmp_buf = self.folder / f".tmp_replay_{steps}.pkl"
-            self.model.save_replay_buffer(tmp_buf)
-            tmp_buf.replace(self.folder / f"replay_{steps}_steps.pkl")
-        tmp_curve = self.folder / f".tmp_curve_{steps}.csv"
-        self.recorder.frame().to_csv(tmp_curve, index=False)
-        tmp_curve.replace(self.folder / f"curve_{steps}_steps.csv")
-        state: dict[str, Any] = {"timesteps": steps, "wall_time_s": self.recorder.wall_time()}
-        if self.stateful:
-            state["callbacks"] = {key: cb.state_dict() for key, cb in self.stateful.items()}
-        write_json(self.folder / f"state_{steps}_steps.json", state)
-        tmp_model.replace(target)  # the model last: its presence marks the checkpoint complete
-        if replay:  # only now is the previous checkpoint's buffer no longer the newest complete one's
-            for old in self.folder.glob("replay_*_steps.pkl"):
-                if old.name != f"replay_{steps}_steps.pkl":
-                    old.unlink()
-        self._last = steps
-        return target
 
 
 @dataclass
@@ -312,11 +221,13 @@ def train_agent(
     save_model: Callable[[Any, Path], Any] | None = None,
     load_model: Callable[[type, Path, Any], Any] | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    keep_checkpoints: int = KEEP_CHECKPOINTS,
 ) -> TrainedAgent:
     """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
 
     With a ``run_dir``, checkpoints go to ``run_dir/checkpoints`` every ``checkpoint_every`` timesteps
-    (0: only at the end) and SB3's log to ``run_dir/sb3``: CSV, and TensorBoard events (SB3's ``rollout/``,
+    (0: only at the end), the newest ``keep_checkpoints`` of them kept and the replay buffers of the newest
+    two (:mod:`rlq.rl.checkpoints`), and SB3's log to ``run_dir/sb3``: CSV, and TensorBoard events (SB3's ``rollout/``,
     ``train/`` and ``time/`` keys, and what callbacks record, such as ``compression/ratio``), so
     ``tensorboard --logdir runs/`` shows every run's curves. ``save_model(model, path)`` and
     ``load_model(cls, path, env)`` replace SB3's ``model.save`` and ``cls.load(path, env=env)`` (compressed
@@ -346,9 +257,7 @@ def train_agent(
             "records"
         )
         saved_state = read_json(
-            ckpt_dir / f"state_{found[0]}_steps.json",
-            what_to_do=f"move it and model_{found[0]}_steps.zip out of {ckpt_dir} to resume from the "
-            "previous checkpoint",
+            ckpt_dir / f"state_{found[0]}_steps.json", what_to_do=move_away_advice(ckpt_dir, found[0])
         )
     model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv", tensorboard=True))
     recorder = EpisodeRecorder(rows, float(saved_state.get("wall_time_s", 0.0)))
@@ -359,7 +268,7 @@ def train_agent(
     checkpointer = None
     if ckpt_dir is not None:
         checkpointer = Checkpointer(
-            ckpt_dir, checkpoint_every, recorder, save_model=save_model, stateful=stateful
+            ckpt_dir, checkpoint_every, recorder, save_model, stateful, keep=keep_checkpoints
         )
     callbacks = [recorder, *([checkpointer] if checkpointer is not None else []), *user_callbacks]
     label = training_label(algo, env_id, seed, Path(run_dir) if run_dir is not None else None)
@@ -420,7 +329,7 @@ def _load_checkpoint(
     except Exception as e:  # a truncated or foreign file: say which one, and how to go on
         raise RuntimeError(
             f"checkpoint {path} (or its replay buffer) cannot be loaded: {type(e).__name__}: {e}. "
-            "Move it away to resume from the previous checkpoint."
+            + move_away_advice(path.parent, steps)
         ) from e
     return model
 

@@ -88,14 +88,20 @@ class JobsFailed(RuntimeError):
 
 
 class JobResults(list):
-    """The jobs' results in job order (``None`` for a failed job), with ``failures`` and ``loaded`` indices."""
+    """The jobs' results in job order (``None`` for a failed job), with ``failures`` and ``loaded`` indices and
+    ``workers``, how many jobs ran side by side at most (0 when every result was loaded)."""
 
     def __init__(
-        self, results: Sequence[Any], failures: Sequence[JobFailure] = (), loaded: Sequence[int] = ()
+        self,
+        results: Sequence[Any],
+        failures: Sequence[JobFailure] = (),
+        loaded: Sequence[int] = (),
+        workers: int = 0,
     ):
         super().__init__(results)
         self.failures = list(failures)
         self.loaded = list(loaded)
+        self.workers = workers
 
 
 class ResultStore:
@@ -224,8 +230,12 @@ def run_jobs(
     )  # fmt: skip
     loaded = _load_saved(batch, keep_saved)
     pending = [i for i in range(len(jobs)) if i not in loaded]
+    # how many run side by side: never more than there are jobs to run, and one where they run in this process
+    used = min(workers, len(pending)) if executor == "ray" or workers > 1 else min(1, len(pending))
     if pending:
-        progress.emit("jobs", ids=[batch.ids[i] for i in pending], labels=[labels[i] for i in pending])
+        progress.emit(
+            "jobs", ids=[batch.ids[i] for i in pending], labels=[labels[i] for i in pending], workers=used
+        )
     if executor == "ray" and pending:
         _run_on_ray(batch, pending, workers, ray_address, resources)
     elif workers == 1 or len(pending) <= 1:
@@ -247,7 +257,7 @@ def run_jobs(
                 + "; ".join(f"{f.label}: {f.error}" for f in batch.failures)
             )
         raise error
-    return JobResults(batch.results, sorted(batch.failures, key=lambda f: f.index), sorted(loaded))
+    return JobResults(batch.results, sorted(batch.failures, key=lambda f: f.index), sorted(loaded), used)
 
 
 def _check_resources(resources: dict[str, float] | None) -> dict[str, float]:
