@@ -75,7 +75,11 @@ def _mismatches(folder: Path, results: dict, experiment: str, preset: str) -> tu
     """Return how many recorded estimates were checked against the spec's computation, and those that differ."""
     checked, wrong = 0, []
     for spec in claim_specs():
-        if spec.experiment != experiment or preset not in spec.presets or spec.estimator in ("joint", "recorded"):
+        if (
+            spec.experiment != experiment
+            or preset not in spec.presets
+            or spec.estimator in ("joint", "recorded")
+        ):
             continue
         recorded, found = recorded_estimate(spec, results), measure(spec, folder, results)
         if recorded is None:
@@ -139,11 +143,15 @@ def test_a_fixed_schedule_pairs_with_every_seed_and_a_varying_reference_only_wit
         + [{"seed": s, "method": "pruning", "c": 0.54} for s in range(2)]
     )
     fixed = measure_table(table_metric("paired_difference", "c", "gst", "pruning", 100.0), table)
-    assert fixed.estimate.n == 5 and fixed.estimate.value == pytest.approx(estimate(100 * (0.80 + 0.01 * np.arange(5) - 0.54)).value)
+    assert fixed.estimate.n == 5 and fixed.estimate.value == pytest.approx(
+        estimate(100 * (0.80 + 0.01 * np.arange(5) - 0.54)).value
+    )
     common = measure_table(table_metric("paired_difference_common", "c", "gst", "pruning", 100.0), table)
     assert common.estimate.n == 2
     table.loc[table.method == "pruning", "c"] = [0.54, 0.50]  # no longer a fixed schedule: pairs by seed
-    assert measure_table(table_metric("paired_difference", "c", "gst", "pruning", 100.0), table).estimate.n == 2
+    assert (
+        measure_table(table_metric("paired_difference", "c", "gst", "pruning", 100.0), table).estimate.n == 2
+    )
 
 
 def _coverage(n: int, datasets: int, paired: bool) -> float:

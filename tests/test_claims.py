@@ -34,7 +34,9 @@ def test_a_greater_than_claim_is_judged_by_its_interval(lower, upper, n, verdict
 
 
 def test_no_reward_drop_allows_the_specified_tolerance_and_needs_ten_seeds():
-    assert REWARD.threshold == "paper + 10" and REWARD.min_seeds == 10 and REWARD.estimator == "paired_iqm_drop"
+    assert (
+        REWARD.threshold == "paper + 10" and REWARD.min_seeds == 10 and REWARD.estimator == "paired_iqm_drop"
+    )
     assert judge(REWARD, _m(2.0, -5.0, 9.9, 10), 0.0, {}).verdict == "holds"
     assert judge(REWARD, _m(30.0, 10.1, 40.0, 10), 0.0, {}).verdict == "does not hold"
     assert "straddles 10" in judge(REWARD, _m(8.0, 0.0, 20.0, 10), 0.0, {}).reason
@@ -58,7 +60,10 @@ def test_a_claim_that_needs_the_papers_setting_is_inconclusive_on_another():
     assert judge(cifar, holds, 0.8, {"dataset": "cifar10"}).verdict == "holds"
     other = judge(cifar, holds, 0.8, {"dataset": "digits"})
     assert other.verdict == "inconclusive"
-    assert other.reason == "not the paper's setting (dataset is digits, not cifar10); on this run the rule says holds"
+    assert (
+        other.reason
+        == "not the paper's setting (dataset is digits, not cifar10); on this run the rule says holds"
+    )
 
 
 def _v(verdict: str, reaches: bool | None = None, n: int = 10) -> Verdict:

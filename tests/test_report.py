@@ -6,7 +6,6 @@ import json
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from rlq.core.jsonio import read_json
@@ -152,7 +151,9 @@ def test_each_preset_is_judged_and_the_longest_with_enough_seeds_decides(tmp_pat
     parent = tmp_path / "runs"
     medium = {"estimates": {"reward_drop_paired_gst_vs_dense_pct": _estimate(30.0, 12.0, 60.0, 10)}}
     long = {"estimates": {"reward_drop_paired_gst_vs_dense_pct": _estimate(2.0, -4.0, 8.0, 10)}}
-    _run(parent, "gst_td3_mujoco", "quick", "ok", long, finished="20261201T000000Z")  # not a preset of the claim
+    _run(
+        parent, "gst_td3_mujoco", "quick", "ok", long, finished="20261201T000000Z"
+    )  # not a preset of the claim
     _run(parent, "gst_td3_mujoco", "medium", "ok", medium)
     _run(parent, "gst_td3_mujoco", "long", "ok", long)
     _run(parent, "gst_td3_mujoco", "paper", "failed", {"error": "RuntimeError: boom"})
@@ -168,7 +169,9 @@ def test_each_preset_is_judged_and_the_longest_with_enough_seeds_decides(tmp_pat
     table = claims_table(collect_runs(parent, tmp_path / "no_results"))
     rows = table[(table.id == "gst_td3_reward") & (table.preset == "long") & (table.status == "current")]
     assert list(rows.replication) == [False, True] and list(rows.verdict) == ["does not hold", "holds"]
-    assert rows.iloc[0].run.results["finished"] == "20261202T000000Z"  # the newest answers; the other is shown
+    assert (
+        rows.iloc[0].run.results["finished"] == "20261202T000000Z"
+    )  # the newest answers; the other is shown
 
 
 def test_runs_table_keeps_the_training_time_of_a_reanalysed_run(report, tmp_path):
@@ -224,9 +227,14 @@ def test_markdown_verdict_table(report):
     rows = [line for line in md[4:] if line.startswith("| ")]
     assert len(rows) == CURRENT  # one row per current claim, its presets side by side
     holds = next(r for r in rows if "int8 reward drop" in r)
-    assert "| 0% | medium: 1.23 [0.512, 2.04]% (n = 5; needs 5), **holds** | holds (decided on medium) |" in holds
+    assert (
+        "| 0% | medium: 1.23 [0.512, 2.04]% (n = 5; needs 5), **holds** | holds (decided on medium) |"
+        in holds
+    )
     gain = next(r for r in rows if "gain over iterative pruning" in r)
-    assert "medium: 27.2 [12.1, 30.2] %p (n = 3; needs 5), **too few seeds**<br>long: **not measured**" in gain
+    assert (
+        "medium: 27.2 [12.1, 30.2] %p (n = 3; needs 5), **too few seeds**<br>long: **not measured**" in gain
+    )
 
 
 def test_the_cli_writes_markdown_on_request_and_prints_the_paths(report, tmp_path, capsys):
@@ -367,7 +375,10 @@ def test_a_reason_is_cut_at_its_first_clause_for_the_markdown_table():
     from rlq.faces.report import _short
 
     assert _short("decided on long; contradicted by medium") == "decided on long"
-    assert _short("measured in the actor_bound regime: a long description") == "measured in the actor_bound regime"
+    assert (
+        _short("measured in the actor_bound regime: a long description")
+        == "measured in the actor_bound regime"
+    )
     assert _short("x (paper: y): z") == "x (paper: y)"
 
 

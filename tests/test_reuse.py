@@ -150,7 +150,10 @@ def test_a_run_with_more_seeds_loads_the_reused_runs_instead_of_training_them(tm
     assert replaced["key"] == {"env_id": "Pendulum-v1", "seed": 0, "method": "gst"}
     old = pd.read_csv(published / "summary.csv").query("method == 'gst' and seed == 0").iloc[0]
     assert replaced["replaced"]["avg_compression_ratio"] == old["avg_compression_ratio"]
-    assert replaced["replaced"]["eval_return"] == old["eval_return"] and "wall_time_s" not in replaced["replaced"]
+    assert (
+        replaced["replaced"]["eval_return"] == old["eval_return"]
+        and "wall_time_s" not in replaced["replaced"]
+    )
     assert [entry["keys"] for entry in again.results["reused"]] == [
         [{"env_id": "Pendulum-v1", "seed": 0, "method": "dense"}]
     ]

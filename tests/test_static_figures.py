@@ -104,7 +104,9 @@ def test_each_claim_family_has_a_forest_plot_in_the_claims_page():
     from rlq.faces.static_figures import claims_figures
 
     figures = claims_figures(RESULTS)
-    drawn = [f for f in FAMILIES if f != "GST joint"]  # a joint claim has no number of its own: its parts are drawn
+    drawn = [
+        f for f in FAMILIES if f != "GST joint"
+    ]  # a joint claim has no number of its own: its parts are drawn
     assert [figure.layout.title.text for _, figure in figures] == drawn
     page = (ROOT / "docs" / "claims.md").read_text()
     for name, _ in figures:

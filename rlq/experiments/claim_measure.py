@@ -162,7 +162,11 @@ def spec_estimates(
     """
     out: dict[str, dict[str, Any]] = {}
     for spec in claim_specs():
-        if spec.experiment != experiment or spec.table != table_name or spec.estimator in ("recorded", "joint"):
+        if (
+            spec.experiment != experiment
+            or spec.table != table_name
+            or spec.estimator in ("recorded", "joint")
+        ):
             continue
         try:
             found = measure_table(spec, table, **options)

@@ -139,7 +139,9 @@ def _row(raw: dict[str, str], line: int) -> ClaimSpec:
         raise bad("parts", "must name the claims a joint claim joins, and only a joint claim has parts")
     if not joint and not raw["estimate"].strip():
         raise bad("estimate", "is empty: name the estimate the notebook records")
-    if raw["estimator"] not in ("recorded", "joint") and not (raw["table"] and raw["column"] and raw["method"]):
+    if raw["estimator"] not in ("recorded", "joint") and not (
+        raw["table"] and raw["column"] and raw["method"]
+    ):
         raise bad("table", "and column and method are needed to compute the estimate from the run's table")
     try:
         version, min_seeds = int(raw["version"]), int(raw["min_seeds"])

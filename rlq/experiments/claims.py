@@ -95,7 +95,10 @@ def judge(spec: ClaimSpec, found: Measurement, paper_value: float, results: dict
         outcome, reason = "inconclusive", f"interval {span} straddles {_fmt(limit)}"
     unmet = _unmet(spec, results)
     if unmet and outcome != "inconclusive":
-        outcome, reason = "inconclusive", f"not the paper's setting ({unmet}); on this run the rule says {outcome}"
+        outcome, reason = (
+            "inconclusive",
+            f"not the paper's setting ({unmet}); on this run the rule says {outcome}",
+        )
     return verdict(outcome, reason)
 
 
@@ -105,7 +108,9 @@ def judge_joint(spec: ClaimSpec, parts: dict[str, Verdict | None]) -> Verdict | 
         return None
     verdicts = {name: v for name, v in parts.items() if v is not None}
     passes = [v.verdict == "holds" or (v.verdict == BY_DESIGN and v.reaches) for v in verdicts.values()]
-    fails = [v.verdict == "does not hold" or (v.verdict == BY_DESIGN and not v.reaches) for v in verdicts.values()]
+    fails = [
+        v.verdict == "does not hold" or (v.verdict == BY_DESIGN and not v.reaches) for v in verdicts.values()
+    ]
     if any(fails):
         outcome = "does not hold"
     elif all(passes):

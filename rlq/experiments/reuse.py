@@ -233,7 +233,9 @@ def replaced_runs(
                 continue
             for text, spec in specs:
                 if matches(key, spec):
-                    out.append({"run": text, "source": str(source), "key": key, "replaced": _headline(result)})
+                    out.append(
+                        {"run": text, "source": str(source), "key": key, "replaced": _headline(result)}
+                    )
                     break
     return out
 

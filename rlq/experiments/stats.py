@@ -269,5 +269,7 @@ def paired_percent_drop(
     indices = np.random.default_rng(seed).integers(0, a.size, size=(reps, a.size))
     draws = drop(a[indices], b[indices])
     tail = 100.0 * (1.0 - confidence) / 2.0
-    lower, upper = np.nanpercentile(draws, [tail, 100.0 - tail]) if np.isfinite(draws).any() else (np.nan,) * 2
+    lower, upper = (
+        np.nanpercentile(draws, [tail, 100.0 - tail]) if np.isfinite(draws).any() else (np.nan,) * 2
+    )
     return Estimate(float(value), float(lower), float(upper), int(a.size))

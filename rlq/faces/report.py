@@ -26,7 +26,15 @@ from rlq.experiments.sweeps import sweep_points
 from rlq.faces.report_claims import NOT_MEASURED, _partner, claimed_paper_rows, claims_table, counts
 from rlq.faces.report_text import Paths, duration, interval, paper_text
 
-__all__ = ["NOT_MEASURED", "RunRecord", "build_report", "claims_table", "collect_runs", "counts", "runs_table"]
+__all__ = [
+    "NOT_MEASURED",
+    "RunRecord",
+    "build_report",
+    "claims_table",
+    "collect_runs",
+    "counts",
+    "runs_table",
+]
 
 
 @dataclass

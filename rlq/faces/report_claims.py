@@ -116,7 +116,9 @@ def _base(spec: ClaimSpec, paper: pd.DataFrame) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _with(base: dict[str, Any], preset: str, run: RunRecord | None, verdict: Verdict | None) -> dict[str, Any]:
+def _with(
+    base: dict[str, Any], preset: str, run: RunRecord | None, verdict: Verdict | None
+) -> dict[str, Any]:
     out = {**base, "preset": preset}
     if run is None:
         return out
@@ -139,7 +141,9 @@ def claims_table(records: list[RunRecord]) -> pd.DataFrame:
     current = {s.id: s for s in specs if s.current}
     first: dict[tuple[str, str], Verdict | None] = {}  # (claim id, preset) -> the answering run's verdict
     rows: list[dict[str, Any]] = []
-    for spec in sorted(specs, key=lambda s: s.estimator == "joint"):  # joint claims read their parts' verdicts
+    for spec in sorted(
+        specs, key=lambda s: s.estimator == "joint"
+    ):  # joint claims read their parts' verdicts
         base = _base(spec, paper)
         value = base["paper_value"]
         for preset in spec.presets:
@@ -159,14 +163,14 @@ def claims_table(records: list[RunRecord]) -> pd.DataFrame:
                 if i == 0 and spec.current:
                     first[(spec.id, preset)] = verdict
     table = pd.DataFrame(rows)
-    decisions = {
-        s.id: overall(s, {p: first.get((s.id, p)) for p in s.presets}) for s in current.values()
-    }
-    table["overall"] = [decisions[i][0] if s == "current" else SUPERSEDED for i, s in zip(table.id, table.status)]
+    decisions = {s.id: overall(s, {p: first.get((s.id, p)) for p in s.presets}) for s in current.values()}
+    table["overall"] = [
+        decisions[i][0] if s == "current" else SUPERSEDED for i, s in zip(table.id, table.status, strict=True)
+    ]
     table["overall_reason"] = [decisions[i][1] for i in table.id]
     table["decides"] = [
         s == "current" and not rep and decisions[i][2] == p
-        for i, s, rep, p in zip(table.id, table.status, table.replication, table.preset)
+        for i, s, rep, p in zip(table.id, table.status, table.replication, table.preset, strict=True)
     ]
     order = {s.id: n for n, s in enumerate(current.values())}
     table["_family"] = table["family"].map(lambda f: FAMILIES.index(f) if f in FAMILIES else len(FAMILIES))

@@ -94,12 +94,16 @@ def _verdict_rows(table: pd.DataFrame, paths: Paths) -> str:
     for r, top in zip(table.itertuples(), first, strict=True):
         if r.verdict == NOT_MEASURED and not top:
             continue
-        css = " ".join(c for c in ("later" if not top else "", "superseded" if r.status != "current" else "") if c)
+        css = " ".join(
+            c for c in ("later" if not top else "", "superseded" if r.status != "current" else "") if c
+        )
         claim = f"{_e(claim_text(r))}<span class='rule'>{_e(r.rule)}</span>" if top else ""
         overall = ""
         if top:
             verdict = r.overall if r.status == "current" else "superseded"
-            overall = f"{_badge(verdict)} <span class='why'>{_e(overall_text(r).removeprefix(verdict))}</span>"
+            overall = (
+                f"{_badge(verdict)} <span class='why'>{_e(overall_text(r).removeprefix(verdict))}</span>"
+            )
         lines.append(
             f"<tr class='{css}'>"
             f"<td class='claim'>{claim}</td>"
@@ -112,7 +116,9 @@ def _verdict_rows(table: pd.DataFrame, paths: Paths) -> str:
             f"<td class='short'>{_evidence_link(r, paths)}</td>"
             "</tr>"
         )
-    head = "<tr><th>Claim and rule</th><th>Paper</th><th>Preset</th><th>Ours [95% interval]</th><th>Seeds</th>"
+    head = (
+        "<tr><th>Claim and rule</th><th>Paper</th><th>Preset</th><th>Ours [95% interval]</th><th>Seeds</th>"
+    )
     head += "<th>On this preset</th><th>Claim's verdict</th><th>Evidence</th></tr>"
     return f"<table class='verdicts'><thead>{head}</thead><tbody>{''.join(lines)}</tbody></table>"
 
