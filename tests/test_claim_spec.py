@@ -179,3 +179,13 @@ def test_the_interval_covers_the_truth_as_docs_claims_says():
     assert three < 0.8 < five < 0.97 and 0.87 < ten < 0.98 and three < five < ten
     assert 0.82 < _coverage(5, 400, paired=True) < 0.96
     assert 0.89 < _coverage(10, 400, paired=True) < 0.98
+
+
+def test_a_table_without_the_claims_column_measures_nothing_instead_of_failing(tmp_path):
+    """A run evaluated on no episodes has no eval_return: the reward claim is unmeasured, the report goes on."""
+    reward = next(s for s in claim_specs(current_only=True) if s.id == "gst_td3_reward")
+    summary = pd.read_csv(RESULTS / "gst_td3_mujoco" / "medium" / "summary.csv").drop(columns="eval_return")
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    assert measure(reward, tmp_path, {}) is None
+    with pytest.raises(ValueError, match="needs the columns 'method' and 'eval_return'"):
+        measure_table(reward, summary)

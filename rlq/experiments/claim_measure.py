@@ -70,7 +70,7 @@ def _same(values: np.ndarray) -> bool:
     return len(values) >= 2 and bool(np.all(values == values[0]))
 
 
-def _paired(spec: ClaimSpec, m: pd.Series, r: pd.Series, broadcast: bool) -> tuple[np.ndarray, np.ndarray]:
+def _paired(m: pd.Series, r: pd.Series, broadcast: bool) -> tuple[np.ndarray, np.ndarray]:
     if broadcast and len(r) and _same(r.to_numpy()):  # a fixed schedule: its value on every seed of m
         return m.to_numpy(dtype=float), np.full(len(m), float(r.iloc[0]))
     both = pd.concat([m.rename("m"), r.rename("r")], axis=1, join="inner").dropna()
@@ -92,7 +92,7 @@ def measure_table(
             return None
         return Measurement(stats.estimate(values, **options), _same(values), False)
     r = _arm(spec, table, spec.reference)
-    x, y = _paired(spec, m, r, broadcast=spec.estimator == "paired_difference")
+    x, y = _paired(m, r, broadcast=spec.estimator == "paired_difference")
     if spec.estimator == "unpaired_iqm_drop":
         x, y = m.to_numpy(dtype=float), r.to_numpy(dtype=float)
     if not len(x) or not len(y):
@@ -143,9 +143,16 @@ def recorded_estimate(spec: ClaimSpec, results: dict[str, Any]) -> Estimate | No
 
 
 def measure(spec: ClaimSpec, folder: str | Path | None, results: dict[str, Any]) -> Measurement | None:
-    """Return ``spec``'s number for the run in ``folder`` (its table, else what it recorded), or None."""
+    """Return ``spec``'s number for the run in ``folder`` (its table, else what it recorded), or None.
+
+    A table that lacks the claim's columns (a run without evaluation episodes, say) measures nothing, and the
+    run's recorded estimate, if any, stands.
+    """
     if spec.estimator != "recorded" and folder is not None and (Path(folder) / spec.table).is_file():
-        return measure_table(spec, pd.read_csv(Path(folder) / spec.table))
+        try:
+            return measure_table(spec, pd.read_csv(Path(folder) / spec.table))
+        except ValueError:
+            pass
     est = recorded_estimate(spec, results)
     if est is None:
         return None
