@@ -262,11 +262,6 @@ def claim_text(row: Any) -> str:
     return text
 
 
-def verdict_text(row: Any) -> str:
-    """Return the outcome on the row's preset with its reason."""
-    return f"{row.verdict} ({row.reason})" if row.reason else row.verdict
-
-
 def overall_text(row: Any) -> str:
     """Return the claim's verdict across presets with the rule's reason (superseded rows: superseded)."""
     if row.status != "current":
