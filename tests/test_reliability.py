@@ -190,23 +190,27 @@ def test_read_only_out_exits_2(tiny_notebooks, tmp_path):
 # ---- killed runs
 
 
-def _sleepy_notebook(folder: Path) -> None:
+def _write_notebook(path: Path, title: str, parameter: str, wall_time: str, *code: str) -> None:
+    """Write a minimal experiment notebook: a title, one parameter, presets with ``wall_time``, then ``code``."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [
-        nbformat.v4.new_markdown_cell("# Sleepy: a run that takes a while"),
+        nbformat.v4.new_markdown_cell(title),
+        nbformat.v4.new_code_cell(parameter, metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(
-            "seconds = 60.0  # how long to sleep [min: 0]", metadata={"tags": ["parameters"]}
-        ),
-        nbformat.v4.new_code_cell(
-            'PRESETS = {"quick": {}, "paper": {}}\nPRESET_WALL_TIMES = {"quick": "1 min", "paper": "1 min"}',
+            f'PRESETS = {{"quick": {{}}, "paper": {{}}}}\nPRESET_WALL_TIMES = {{"quick": "{wall_time}", "paper": "{wall_time}"}}',
             metadata={"tags": ["presets"]},
         ),
-        nbformat.v4.new_code_cell(
-            "import time\nimport rlq\nrlq.record(started_sleeping=1)\ntime.sleep(seconds)"
-        ),
+        *(nbformat.v4.new_code_cell(source) for source in code),
     ]
-    nbformat.write(nb, folder / "sleepy.ipynb")
+    nbformat.write(nb, path)
+
+
+def _sleepy_notebook(folder: Path) -> None:
+    _write_notebook(
+        folder / "sleepy.ipynb", "# Sleepy: a run that takes a while", "seconds = 60.0  # how long to sleep [min: 0]",
+        "1 min", "import time\nimport rlq\nrlq.record(started_sleeping=1)\ntime.sleep(seconds)",
+    )  # fmt: skip
 
 
 def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
@@ -320,24 +324,12 @@ def test_resuming_a_read_only_run_folder_exits_2_with_one_line_and_writes_nothin
 
 def _filler_notebook(folder: Path) -> None:
     """A notebook that records a number, then writes until the disk is full, as a checkpoint save would."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [
-        nbformat.v4.new_markdown_cell("# Filler: fills the disk mid-run"),
-        nbformat.v4.new_code_cell(
-            "megabytes = 64  # how much to write [min: 0]", metadata={"tags": ["parameters"]}
-        ),
-        nbformat.v4.new_code_cell(
-            'PRESETS = {"quick": {}, "paper": {}}\nPRESET_WALL_TIMES = {"quick": "5 s", "paper": "5 s"}',
-            metadata={"tags": ["presets"]},
-        ),
-        nbformat.v4.new_code_cell("import rlq\nrlq.record(started_training=1)"),
-        nbformat.v4.new_code_cell(
-            'with open("checkpoint.bin", "wb") as f:\n    for _ in range(megabytes):\n        f.write(b"0" * 2**20)\n'
-            "        f.flush()"
-        ),
-    ]
-    nbformat.write(nb, folder / "filler.ipynb")
+    _write_notebook(
+        folder / "filler.ipynb", "# Filler: fills the disk mid-run", "megabytes = 64  # how much to write [min: 0]",
+        "5 s", "import rlq\nrlq.record(started_training=1)",
+        'with open("checkpoint.bin", "wb") as f:\n    for _ in range(megabytes):\n        f.write(b"0" * 2**20)\n'
+        "        f.flush()",
+    )  # fmt: skip
 
 
 @pytest.fixture
