@@ -2,10 +2,10 @@
 
 ``rlq report`` writes ``runs/report.html`` (one self-contained page: the verdicts first, a forest plot
 per claim family, then the papers' settings, later work and the runs) and prints the verdicts as text;
-``--format md`` also writes them as a Markdown table (``runs/report.md``). Our number for a claim comes
-from the best finished run of its experiment: the largest preset (paper, then medium, then quick), newest
-first, among the run folders under ``runs/`` and the published results under ``data/results/``;
-:func:`rlq.experiments.claims.judge` says whether it holds. No machine path appears in the output.
+``--format md`` also writes them as a Markdown table (``runs/report.md``). Every claim of ``data/claims.csv``
+is judged on every preset that measured it, among the run folders under ``runs/`` and the published results
+under ``data/results/`` (:mod:`rlq.faces.report_claims`); :mod:`rlq.experiments.claims` holds the rule on a
+preset and across presets. No machine path appears in the output.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rlq.experiments.paths import data_dir, repo_root
 from rlq.experiments.results import variant_params
 from rlq.experiments.run_folders import NOTEBOOK_FILE, PARAMS_FILE, RESULTS_FILE, list_runs, run_state
 from rlq.experiments.sweeps import sweep_points
-from rlq.faces.report_claims import NOT_MEASURED, _partner, claimed_paper_rows, claims_table, counts
+from rlq.faces.report_claims import NOT_MEASURED, claimed_paper_rows, claims_table, counts, partner_metric
 from rlq.faces.report_text import Paths, duration, interval, paper_text
 
 __all__ = [
@@ -177,7 +177,7 @@ def _merge_ranges(frame: pd.DataFrame) -> pd.DataFrame:
         metric, value = row["metric"], paper_text(row["value"])
         if metric.endswith("_min"):
             match = frame[
-                (frame["metric"] == _partner(metric)) & (keys == keys[index]) & (frame.index > index)
+                (frame["metric"] == partner_metric(metric)) & (keys == keys[index]) & (frame.index > index)
             ]
             match = match[~match.index.isin(skip)]
             if not match.empty:

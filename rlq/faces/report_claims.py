@@ -25,7 +25,8 @@ NOT_MEASURED = "not measured"
 SUPERSEDED = "superseded"
 
 
-def _partner(metric: str) -> str | None:
+def partner_metric(metric: str) -> str | None:
+    """Return the other end of a paper range's metric (``x_min`` <-> ``x_max``), or None."""
     for end, other in (("_min", "_max"), ("_max", "_min")):
         if metric.endswith(end):
             return metric[: -len(end)] + other
@@ -41,7 +42,7 @@ def paper_row(paper: pd.DataFrame, spec: ClaimSpec) -> tuple[pd.Series, float | 
             f"claim {spec.key}: {spec.paper}/{spec.paper_experiment}/{spec.paper_metric} has no row in data/paper"
         )
     row, used = rows.iloc[0], {int(rows.index[0])}
-    partner = _partner(spec.paper_metric)
+    partner = partner_metric(spec.paper_metric)
     other = same[same["metric"] == partner] if partner else same.iloc[0:0]
     if other.empty:
         return row, None, None, used
