@@ -263,9 +263,10 @@ class OnnxEngine:
 class CompiledEngine:
     """The acting network as an :class:`rlq.deploy.CompiledPolicy` built from the broadcast (fp32 or int8).
 
-    Block-circulant layers (B-vectors) run in the frequency domain at the engine's precision (int8 DFTs at int8),
-    other layers dense int8 or fp32; int8 codes that arrived are requantized by the same per-row rule, which
-    gives them back. B outside :data:`rlq.deploy.frequency.KERNEL_BLOCK_SIZES` runs as the dense expansion.
+    Block-circulant layers (B-vectors) run in the frequency domain at the engine's precision (int8 DFTs at int8:
+    B-vectors that arrived as codes are dequantized, transformed and quantized again as DFTs, each load), other
+    layers dense int8 or fp32 (dense int8 codes that arrived are requantized by the same per-row rule, which gives
+    them back). B outside :data:`rlq.deploy.frequency.KERNEL_BLOCK_SIZES` runs as the dense expansion.
     Op names follow :func:`rlq.actorq.policy.acting_sequential`, so ``rlq.deploy.error_bound`` compares the two.
     Without rlq's compiled kernels the same ops run in NumPy (:attr:`compiled` is then False), as
     :func:`rlq.deploy.compile_policy` does.
