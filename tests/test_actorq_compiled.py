@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -241,3 +243,5 @@ def test_a_block_circulant_learner_resumes_from_its_checkpoint(tmp_path):
     assert resumed.resumed_from == 20 and resumed.learner_steps == 40
     assert architecture_of(resumed.model).block_size == 16
     assert policy_weights(resumed.model)["layers.1.weight"].shape == (2, 2, 16)
+    with pytest.raises(ActorQConfigError, match="policy_block_size: 16 there, 8 here"):
+        train(dataclasses.replace(config, policy_block_size=8))
