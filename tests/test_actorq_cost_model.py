@@ -139,3 +139,17 @@ def test_costs_of_a_real_run_add_up_to_its_breakdown():
     assert costs.actor["actor_env_step"] * result.env_steps == pytest.approx(b["actor_env_step"])
     assert costs.learner_seconds_per_update * 40 == pytest.approx(b["learner_sample"] + b["learner_update"])
     assert costs.actor_seconds_per_step > 0 and costs.driver_seconds_per_step > 0
+
+
+def test_one_runs_prediction_uses_its_own_learner_and_actor_costs():
+    from rlq.actorq.cost_model import predict_seconds_per_step
+
+    costs = StepCosts({"actor_env_step": 0.002, "actor_inference": 0.003}, 0.08, 0.0005)
+    learner = 0.08 * 4.0 / 32 + 0.0005  # seconds of the learner process per transition
+    serial, bound = predict_seconds_per_step(costs, 1, 4.0, 32, layout="serial")
+    assert (serial, bound) == (pytest.approx(0.005 + learner), "serial")
+    parallel, bound = predict_seconds_per_step(costs, 2, 4.0, 32, cores=3.0)
+    assert parallel == pytest.approx(max(learner, 0.005 / 2, (0.005 + learner) / 3)) and bound == "learner"
+    # two runs whose learners differ: the ratio of their own predictions
+    cheap = StepCosts(costs.actor, 0.008, 0.0005)
+    assert predict_seconds_per_step(cheap, 2, 4.0, 32, cores=3.0) == (pytest.approx(0.0025), "actors")

@@ -6,9 +6,11 @@ The layers (docs: STYLE.md, "Layers"), bottom to top:
 - ``rlq.compress``, ``rlq.quant``: pure PyTorch transforms (ONNX Runtime allowed in quant); no RL library,
   no notebook or UI code, and not each other.
 - ``rlq.rl``: environments, agents, evaluation, seeding, parallel jobs (Gymnasium and SB3 glue).
-- ``rlq.sb3``, ``rlq.actorq``, ``rlq.vision``: the integrations; side by side, so not each other.
+- ``rlq.sb3``, ``rlq.vision``: the integrations; side by side, so not each other.
 - ``rlq.deploy``: the compiled runtime for compressed policies; reads the transforms' layers and SB3's
   action path.
+- ``rlq.actorq``: distributed actor-learner training; its learner keeps a compressed SB3 policy (``rlq.sb3``'s
+  checkpoints) and its actors may act with ``rlq.deploy``'s compiled policies.
 - ``rlq.experiments``: registry, runner, run folders, results, paper numbers, claims, figures.
 - ``rlq.faces``: the CLI, report and widgets; nothing outside it imports it.
 
@@ -33,8 +35,9 @@ RLQ = Path(__file__).resolve().parent.parent / "rlq"
 _BOTTOM = {"rlq.core"}
 _TRANSFORMS = _BOTTOM | {"rlq.compress", "rlq.quant"}
 _RL = _TRANSFORMS | {"rlq.rl"}
-_INTEGRATIONS = _RL | {"rlq.sb3", "rlq.actorq", "rlq.vision"}
-_BELOW_EXPERIMENTS = _INTEGRATIONS | {"rlq.deploy"}
+_INTEGRATIONS = _RL | {"rlq.sb3", "rlq.vision"}
+_DEPLOYMENT = _INTEGRATIONS | {"rlq.deploy"}
+_BELOW_EXPERIMENTS = _DEPLOYMENT | {"rlq.actorq"}
 
 #: package -> the rlq packages its modules may import (itself included)
 MAY_IMPORT: dict[str, set[str]] = {
@@ -43,9 +46,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "rlq.quant": {"rlq.core", "rlq.quant"},
     "rlq.rl": _RL,
     "rlq.sb3": _RL | {"rlq.sb3"},
-    "rlq.actorq": _RL | {"rlq.actorq"},
     "rlq.vision": _RL | {"rlq.vision"},
-    "rlq.deploy": _INTEGRATIONS | {"rlq.deploy"},
+    "rlq.deploy": _DEPLOYMENT,
+    "rlq.actorq": _BELOW_EXPERIMENTS,
     "rlq.experiments": _BELOW_EXPERIMENTS | {"rlq.experiments"},
     "rlq.faces": _BELOW_EXPERIMENTS | {"rlq.experiments", "rlq.faces"},
 }

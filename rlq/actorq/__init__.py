@@ -12,10 +12,14 @@ steps, act with quantized inference and send their transitions to the learner's 
 - :func:`encode_policy` / :func:`decode_policy`: the broadcast wire format at any precision.
 - :func:`predict_speedup` / :func:`speedup_curve`: the end-to-end speedup of quantized actors predicted from measured
   costs, and which side (actors or learner) binds.
-- :func:`measure_engines` / :func:`choose_backend`: actor inference engines (PyTorch, ONNX Runtime) measured.
+- :func:`measure_engines` / :func:`choose_backend`: actor inference engines (PyTorch, ONNX Runtime, rlq.deploy's
+  compiled kernels: :class:`CompiledEngine`) measured.
+- ``policy_block_size``: a block-circulant policy trained in fp32 (:func:`block_circulant_policy_`) whose
+  broadcast carries its B-vectors, 1/B of the dense values; compiled actors run them in the frequency domain.
 
-Builds on ``rlq.quant`` (quantization, latency), ``rlq.rl.agents`` (SB3 models) and ``rlq.rl.envs``; nothing below
-imports it. Names load on first use: an actor process imports neither SB3 nor, with ONNX Runtime, PyTorch.
+Builds on ``rlq.quant`` (quantization, latency), ``rlq.compress`` (block-circulant layers), ``rlq.rl.agents`` (SB3
+models), ``rlq.rl.envs``, ``rlq.sb3.checkpoint`` (compressed checkpoints) and ``rlq.deploy`` (compiled actors);
+nothing below imports it. Names load on first use: an actor process imports neither SB3 nor, with ONNX Runtime, PyTorch.
 """
 
 from __future__ import annotations
@@ -30,18 +34,23 @@ _HOMES = {
     "QuantizedWeight": "broadcast",
     "decode_policy": "broadcast",
     "encode_policy": "broadcast",
+    "expand_vectors": "broadcast",
     "D4PG": "d4pg",
     "categorical_projection": "d4pg",
     "ActorQConfig": "config",
     "ActorQConfigError": "config",
     "learner_device": "config",
+    "CompiledEngine": "inference",
     "OnnxEngine": "inference",
     "TorchEngine": "inference",
     "choose_backend": "inference",
     "make_engine": "inference",
     "measure_engines": "inference",
+    "random_policy": "inference",
     "PolicyArchitecture": "architecture",
     "PolicyNet": "policy",
+    "acting_sequential": "policy",
+    "block_circulant_policy_": "policy",
     "architecture_of": "policy",
     "policy_weights": "policy",
     "BREAKDOWN_KEYS": "result",
@@ -59,12 +68,32 @@ _HOMES = {
 
 if TYPE_CHECKING:
     from rlq.actorq.architecture import PolicyArchitecture
-    from rlq.actorq.broadcast import DecodedPolicy, QuantizedWeight, decode_policy, encode_policy
+    from rlq.actorq.broadcast import (
+        DecodedPolicy,
+        QuantizedWeight,
+        decode_policy,
+        encode_policy,
+        expand_vectors,
+    )
     from rlq.actorq.config import ActorQConfig, ActorQConfigError, learner_device
     from rlq.actorq.cost_model import SpeedupPrediction, StepCosts, predict_speedup, speedup_curve, step_costs
     from rlq.actorq.d4pg import D4PG, categorical_projection
-    from rlq.actorq.inference import OnnxEngine, TorchEngine, choose_backend, make_engine, measure_engines
-    from rlq.actorq.policy import PolicyNet, architecture_of, policy_weights
+    from rlq.actorq.inference import (
+        CompiledEngine,
+        OnnxEngine,
+        TorchEngine,
+        choose_backend,
+        make_engine,
+        measure_engines,
+        random_policy,
+    )
+    from rlq.actorq.policy import (
+        PolicyNet,
+        acting_sequential,
+        architecture_of,
+        block_circulant_policy_,
+        policy_weights,
+    )
     from rlq.actorq.result import BREAKDOWN_KEYS, ActorQResult, TrainingProgress, time_to_return
     from rlq.actorq.runtime import ray_session
     from rlq.actorq.training import train
@@ -88,6 +117,7 @@ __all__ = [
     "ActorQConfig",
     "ActorQConfigError",
     "ActorQResult",
+    "CompiledEngine",
     "D4PG",
     "DecodedPolicy",
     "OnnxEngine",
@@ -96,11 +126,14 @@ __all__ = [
     "QuantizedWeight",
     "TorchEngine",
     "TrainingProgress",
+    "acting_sequential",
     "architecture_of",
+    "block_circulant_policy_",
     "categorical_projection",
     "choose_backend",
     "decode_policy",
     "encode_policy",
+    "expand_vectors",
     "learner_device",
     "make_engine",
     "measure_engines",
@@ -108,6 +141,7 @@ __all__ = [
     "SpeedupPrediction",
     "StepCosts",
     "predict_speedup",
+    "random_policy",
     "ray_session",
     "speedup_curve",
     "step_costs",

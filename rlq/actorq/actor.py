@@ -103,7 +103,8 @@ class ActorWorker:
     ):
         import os
 
-        if set_threads and backend == "torch":  # a Ray actor owns its process: one thread, as in the paper
+        # a Ray actor owns its process: one thread, as in the paper (compiled actors pack policies with torch ops)
+        if set_threads and backend in ("torch", "compiled"):
             import torch
 
             torch.set_num_threads(1)

@@ -31,12 +31,21 @@ class PolicyArchitecture:
     """Lower bounds of the environment's actions."""
     action_high: tuple[float, ...]
     """Upper bounds of the environment's actions."""
+    block_size: int | None = None
+    """B of the block-circulant hidden-to-hidden layers (``layers.1`` on), which travel as their B-vectors;
+    None for a dense policy. The first layer and the heads stay dense (GST's selective application)."""
 
     def unscale(self, scaled: np.ndarray) -> np.ndarray:
         """Return actions in ``[-1, 1]`` (what the policy outputs) mapped to the environment's bounds."""
         low = np.asarray(self.action_low, dtype=np.float32)
         high = np.asarray(self.action_high, dtype=np.float32)
         return low + 0.5 * (np.asarray(scaled, dtype=np.float32) + 1.0) * (high - low)
+
+    def circulant_weights(self) -> list[str]:
+        """Return the names of the block-circulant weights (``layers.1.weight`` on; none for a dense policy)."""
+        if self.block_size is None:
+            return []
+        return [f"layers.{i}.weight" for i in range(1, len(self.hidden_sizes))]
 
     def weight_names(self) -> list[str]:
         """Return the names of the Linear weights, in forward order (heads last)."""

@@ -13,8 +13,11 @@ ALGORITHMS = ("TD3", "DDPG", "SAC", "D4PG")
 """Off-policy algorithms the learner can run (continuous actions): SB3's, and D4PG from ``rlq.actorq.d4pg``."""
 BACKENDS = ("local", "ray")
 """Execution engines: one process (tests, debugging) or Ray actors."""
-ACTOR_BACKENDS = ("auto", "torch", "onnx")
-"""Inference engines of the actors: PyTorch, ONNX Runtime, or the faster of the two by measurement."""
+ACTOR_BACKENDS = ("auto", "torch", "onnx", "compiled")
+"""Inference engines of the actors: PyTorch, ONNX Runtime, rlq's compiled policy kernels (:mod:`rlq.deploy`), or
+the fastest by measurement (auto: torch and onnx, and compiled for a block-circulant policy)."""
+COMPILED_PRECISIONS = ("fp32", "int8")
+"""Precisions compiled actors act at: :func:`rlq.deploy.compile_policy`'s."""
 
 #: Fields that define what is trained; a resumed run must match them (budgets and engine may change).
 IDENTITY_FIELDS = (
@@ -29,6 +32,7 @@ IDENTITY_FIELDS = (
     "learning_rate",
     "max_grad_norm",
     "policy_output_init",
+    "policy_block_size",
 )
 
 
@@ -67,7 +71,9 @@ class ActorQConfig:
     comm_precision: str | None = None
     """Precision of the broadcast policy: fp32, fp16, bf16, int2..int16; None sends at actor_precision."""
     actor_backend: str = "auto"
-    """Actor inference engine: torch, onnx (ONNX Runtime) or auto (the faster one, measured at start)."""
+    """Actor inference engine: torch, onnx (ONNX Runtime), compiled (rlq.deploy's C kernels: block-circulant layers
+    in the frequency domain, dense ones int8 or fp32; NumPy where the kernels are not built) or auto (the fastest
+    measured at start; compiled is a candidate for a block-circulant policy)."""
     update_period: int = 30
     """Environment steps an actor takes between two pulls of the latest policy (paper: 30)."""
     learner_steps: int = 10_000
@@ -86,6 +92,10 @@ class ActorQConfig:
     """Hidden layer widths of the policy MLP (paper: 2048x3)."""
     critic_hidden_sizes: tuple[int, ...] | None = None
     """Hidden layer widths of the critic MLP; None uses hidden_sizes."""
+    policy_block_size: int | None = None
+    """B of a block-circulant policy: the learner trains its hidden-to-hidden layers as B-vectors in fp32 (as GST
+    does; first layer, heads and critic dense) and broadcasts the B-vectors, 1/B of those layers' dense values.
+    It must divide the widths of those layers; None trains a dense policy."""
     activation: str = "relu"
     """Hidden activation of both networks: relu or tanh."""
     learning_rate: float = 1e-4
@@ -222,6 +232,11 @@ class ActorQConfig:
             raise self._bad(
                 "actor_backend", f"ONNX Runtime actors act at fp32 or int8, not {self.actor_precision}"
             )
+        if self.actor_backend == "compiled" and self.actor_precision not in COMPILED_PRECISIONS:
+            raise self._bad(
+                "actor_backend",
+                f"compiled actors act at {' or '.join(COMPILED_PRECISIONS)}, not {self.actor_precision}",
+            )
 
     def _validate_budgets(self) -> None:
         """Check the step counts, sizes and rates."""
@@ -259,6 +274,7 @@ class ActorQConfig:
                 raise self._bad(
                     name, "must be a non-empty list of positive ints, e.g. [2048, 2048, 2048]"
                 ) from None
+        self._validate_block_size()
         if self.activation not in ("relu", "tanh"):
             raise self._bad("activation", "choose relu or tanh")
         if not isinstance(self.hyperparams, dict):
@@ -267,6 +283,28 @@ class ActorQConfig:
         clash &= set(self.hyperparams)
         if clash:
             raise self._bad("hyperparams", f"set {sorted(clash)} through ActorQConfig's own fields")
+
+    def _validate_block_size(self) -> None:
+        """Check that ``policy_block_size`` divides both widths of every hidden-to-hidden policy layer."""
+        b = self.policy_block_size
+        if b is None:
+            return
+        if isinstance(b, bool) or not isinstance(b, int) or b < 2:
+            raise self._bad("policy_block_size", "must be an int >= 2 (None trains a dense policy)")
+        sizes = self.hidden_sizes
+        if len(sizes) < 2:
+            raise self._bad(
+                "policy_block_size",
+                f"a block-circulant policy needs two hidden layers or more (its first layer stays dense); "
+                f"hidden_sizes={list(sizes)}",
+            )
+        for i in range(1, len(sizes)):
+            if sizes[i - 1] % b or sizes[i] % b:
+                raise self._bad(
+                    "policy_block_size",
+                    f"does not divide hidden layer {i}'s {sizes[i]}x{sizes[i - 1]} weight "
+                    f"(hidden_sizes={list(sizes)})",
+                )
 
     def _validate_engine(self) -> None:
         """Check where and how the run executes: Ray, threads, device, checkpoints."""

@@ -126,6 +126,26 @@ def _seconds_per_step(
     return sides[bound], bound
 
 
+def predict_seconds_per_step(
+    costs: StepCosts,
+    n_actors: int,
+    samples_per_insert: float,
+    batch_size: int,
+    cores: float | None = None,
+    layout: str = "parallel",
+) -> tuple[float, str]:
+    """Return one run's predicted wall seconds per inserted transition and what binds, from its own costs.
+
+    The model of :func:`predict_speedup` for a single run, learner included: for comparing runs whose learners
+    differ (a block-circulant policy trains at another cost than a dense one), the ratio of two such predictions.
+    """
+    p = predict_speedup(
+        costs, costs, n_actors, costs.learner_seconds_per_update, samples_per_insert, batch_size,
+        cores=cores, layout=layout, driver_seconds_per_step=costs.driver_seconds_per_step,
+    )  # fmt: skip
+    return p.seconds_per_step_fp32, p.bound_fp32
+
+
 def predict_speedup(
     breakdown_fp32: StepCosts | Mapping[str, float],
     breakdown_q: StepCosts | Mapping[str, float],

@@ -1,4 +1,4 @@
-"""The actors' inference engines: the acting network at fp32, fp16, int8 or simulated n bits, in PyTorch or ONNX Runtime.
+"""The actors' inference engines: the acting network at fp32, fp16, int8 or simulated n bits, in PyTorch, ONNX Runtime or rlq.deploy.
 
 An engine is loaded with each policy the actor pulls (``load``) and then maps a batch of observations to the
 network's outputs (``__call__``). PyTorch engines quantize with :func:`rlq.quant.ptq` (int8: dynamic
@@ -8,19 +8,28 @@ per output channel, activations quantized per batch), so an int8 broadcast is us
 export or requantization on the actor (except on x86 CPUs without VNNI, where the codes are halved to 7 bits:
 see :func:`rlq.core.cpu.int8_needs_reduced_range`). On a 2048x3 MLP at batch 1 with one thread this is the fastest
 path measured here (see ``benchmarks/bench_actorq.py``); :func:`choose_backend` decides by measurement.
-PyTorch is imported only by the PyTorch engine, so an ONNX Runtime actor process never loads it.
+PyTorch is imported only by the PyTorch engine (and by rlq.deploy's), so an ONNX Runtime actor process never
+loads it.
+
+The compiled engine (:class:`CompiledEngine`) runs the policy with :mod:`rlq.deploy`'s kernels in the form it
+travelled in: a block-circulant policy's B-vectors in the frequency domain (their DFTs computed at each load,
+from 1/B of the dense values), the dense layers int8 (or fp32). PyTorch and ONNX Runtime engines act with
+the dense expansion of the same policy (:meth:`rlq.actorq.broadcast.DecodedPolicy.expanded`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Protocol
 
 import numpy as np
 
 from rlq.actorq.architecture import LOG_STD_MAX, LOG_STD_MIN, PolicyArchitecture
-from rlq.actorq.broadcast import DecodedPolicy, QuantizedWeight, quantize_weight
+from rlq.actorq.broadcast import DecodedPolicy, QuantizedWeight, expand_vectors, quantize_weight
 from rlq.core.cpu import int8_needs_reduced_range
+
+log = logging.getLogger(__name__)
 
 ONNX_OPSET = 17
 
@@ -35,9 +44,15 @@ class InferenceEngine(Protocol):
     def __call__(self, obs: np.ndarray) -> list[np.ndarray]: ...
 
 
-def engine_backends(precision: str) -> tuple[str, ...]:
-    """Return the backends that can act at ``precision`` (a canonical name): torch always; onnx at fp32 and int8."""
-    return ("torch", "onnx") if precision in ("fp32", "int8") else ("torch",)
+def engine_backends(precision: str, block_size: int | None = None) -> tuple[str, ...]:
+    """Return the backends ``auto`` measures at ``precision`` (a canonical name).
+
+    torch always; onnx at fp32 and int8; compiled at fp32 and int8 for a block-circulant policy
+    (``block_size`` set), so that runs of dense policies keep choosing among the engines they always had.
+    """
+    if precision not in ("fp32", "int8"):
+        return ("torch",)
+    return ("torch", "onnx", "compiled") if block_size is not None else ("torch", "onnx")
 
 
 class TorchEngine:
@@ -68,6 +83,7 @@ class TorchEngine:
         from rlq.quant import parse_precision, ptq
         from rlq.quant.ptq import CastPrecision
 
+        policy = policy.expanded()  # B-vectors as their dense expansion (codes stay codes)
         spec = parse_precision(self.precision)
         already = not spec.is_float and all(
             isinstance(w, QuantizedWeight) and w.bits == spec.bits
@@ -184,7 +200,7 @@ class OnnxEngine:
         """Return the serialized ONNX model of ``policy`` at the engine's precision."""
         from onnx import TensorProto, helper, numpy_helper
 
-        arch, w = self.arch, policy.weights
+        arch, w = self.arch, policy.expanded().weights
         nodes: list = []
         inits: list = []
         x = "obs"
@@ -244,13 +260,120 @@ class OnnxEngine:
         return self.session.run(self._outputs, {"obs": np.ascontiguousarray(obs, dtype=np.float32)})
 
 
-def make_engine(arch: PolicyArchitecture, precision: str, backend: str) -> TorchEngine | OnnxEngine:
-    """Return an unloaded engine for ``precision`` on ``backend`` (``torch`` or ``onnx``)."""
+class CompiledEngine:
+    """The acting network as an :class:`rlq.deploy.CompiledPolicy` built from the broadcast (fp32 or int8).
+
+    Block-circulant layers (B-vectors) run in the frequency domain at the engine's precision (int8 DFTs at int8:
+    B-vectors that arrived as codes are dequantized, transformed and quantized again as DFTs, each load), other
+    layers dense int8 or fp32 (dense int8 codes that arrived are requantized by the same per-row rule, which gives
+    them back). B outside :data:`rlq.deploy.frequency.KERNEL_BLOCK_SIZES` runs as the dense expansion.
+    Op names follow :func:`rlq.actorq.policy.acting_sequential`, so ``rlq.deploy.error_bound`` compares the two.
+    Without rlq's compiled kernels the same ops run in NumPy (:attr:`compiled` is then False), as
+    :func:`rlq.deploy.compile_policy` does.
+    """
+
+    def __init__(self, arch: PolicyArchitecture, precision: str):
+        from rlq.deploy import kernels_available
+        from rlq.deploy.runtime import USE_KERNELS
+
+        if precision not in ("fp32", "int8"):
+            raise ValueError(f"compiled actors act at fp32 or int8, not {precision}")
+        self.arch, self.precision = arch, precision
+        self.name = f"compiled-{precision}"
+        self.compiled = bool(USE_KERNELS and kernels_available())
+        if not self.compiled:
+            log.warning(
+                "rlq's compiled policy kernels are %s: compiled actors run their ops in NumPy, far slower",
+                "switched off (RLQ_DEPLOY_KERNELS=0)" if kernels_available() else "not built",
+            )
+        self.policy = None
+
+    def layer_specs(self, policy: DecodedPolicy) -> list:
+        """Return the :class:`rlq.deploy.reader.LinearSpec` rows of ``policy``: hidden layers, then one head."""
+        from rlq.deploy.frequency import KERNEL_BLOCK_SIZES
+        from rlq.deploy.reader import LinearSpec
+
+        def value(name: str) -> np.ndarray:
+            w = policy.weights[name]
+            return w.dequantize() if isinstance(w, QuantizedWeight) else np.asarray(w, dtype=np.float32)
+
+        arch, specs = self.arch, []
+        for i in range(len(arch.hidden_sizes)):
+            weight, bias = value(f"layers.{i}.weight"), value(f"layers.{i}.bias")
+            vectors = None
+            if weight.ndim == 3:
+                vectors = np.ascontiguousarray(weight)
+                weight = None if weight.shape[2] in KERNEL_BLOCK_SIZES else expand_vectors(vectors)
+            specs.append(LinearSpec(str(2 * i), weight, bias, vectors=vectors, activation=arch.activation))
+        heads = ["mu", "log_std"] if arch.stochastic else ["mu"]
+        weight = np.concatenate([value(f"{h}.weight") for h in heads])
+        bias = np.concatenate([value(f"{h}.bias") for h in heads])
+        name = str(2 * len(arch.hidden_sizes))
+        specs.append(LinearSpec(name, weight, bias, activation="none" if arch.stochastic else "tanh"))
+        return specs
+
+    def load(self, policy: DecodedPolicy) -> None:
+        """Compile ``policy`` (its layers packed for the kernels: DFTs of the B-vectors, int8 codes)."""
+        from rlq.deploy.formats import MAX_SPARSE_DENSITY
+        from rlq.deploy.reader import OutputSpec
+        from rlq.deploy.runtime import CompiledPolicy, plan_layer
+
+        p = self.precision
+        ops = [plan_layer(spec, p, p, None, MAX_SPARSE_DENSITY) for spec in self.layer_specs(policy)]
+        self.policy = CompiledPolicy(ops, OutputSpec(), self.arch.obs_dim, self.compiled)
+
+    def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
+        if self.policy is None:
+            raise RuntimeError("no policy loaded yet")
+        out = self.policy.outputs(np.ascontiguousarray(obs, dtype=np.float32))
+        if not self.arch.stochastic:
+            return [out]
+        act = self.arch.act_dim
+        return [out[:, :act], np.clip(out[:, act:], LOG_STD_MIN, LOG_STD_MAX)]
+
+
+def engine_label(backend: str, precision: str) -> str:
+    """Return the name an ActorQ result gives its actors' engine, e.g. ``onnx-int8``; ``compiled-numpy-int8`` where
+    compiled actors run without rlq's kernels."""
+    if backend == "compiled":
+        from rlq.deploy import kernels_available
+        from rlq.deploy.runtime import USE_KERNELS
+
+        if not (USE_KERNELS and kernels_available()):
+            return f"compiled-numpy-{precision}"
+    return f"{backend}-{precision}"
+
+
+def make_engine(
+    arch: PolicyArchitecture, precision: str, backend: str
+) -> TorchEngine | OnnxEngine | CompiledEngine:
+    """Return an unloaded engine for ``precision`` on ``backend`` (``torch``, ``onnx`` or ``compiled``)."""
     if backend == "torch":
         return TorchEngine(arch, precision)
     if backend == "onnx":
         return OnnxEngine(arch, precision)
-    raise ValueError(f"unknown actor backend {backend!r}; choose torch or onnx")
+    if backend == "compiled":
+        return CompiledEngine(arch, precision)
+    raise ValueError(f"unknown actor backend {backend!r}; choose torch, onnx or compiled")
+
+
+def random_policy(arch: PolicyArchitecture, seed: int = 0) -> DecodedPolicy:
+    """Return a freshly initialised fp32 policy of ``arch`` (its block-circulant layers as projected B-vectors).
+
+    PyTorch's random stream is left as it was, so that measuring does not move a run's.
+    """
+    import torch
+
+    from rlq.actorq.policy import PolicyNet
+    from rlq.compress import circulant_projection
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        net = PolicyNet(arch)
+    weights = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    for name in arch.circulant_weights():
+        weights[name] = circulant_projection(torch.from_numpy(weights[name]), arch.block_size).numpy()
+    return DecodedPolicy(0, "fp32", weights)
 
 
 def measure_engines(
@@ -262,25 +385,19 @@ def measure_engines(
 ) -> dict[str, dict[str, float]]:
     """Return ``{backend: {median_us, p90_us, load_s}}`` of the acting network on each backend, batch 1, one thread.
 
-    ``policy`` defaults to a freshly initialised network at fp32. Latency is :func:`rlq.quant.measure_latency`;
-    ``load_s`` is the median time of a ``load`` of the policy (after a first, untimed one).
+    ``policy`` defaults to :func:`random_policy`. ``backends`` defaults to those ``auto`` measures
+    (:func:`engine_backends`). Latency is :func:`rlq.quant.measure_latency`; ``load_s`` is the median time of a
+    ``load`` of the policy (after a first, untimed one).
     """
-    import torch
-
-    from rlq.actorq.policy import PolicyNet
     from rlq.quant import measure_latency
     from rlq.quant.latency import torch_threads
 
     if policy is None:
-        with torch.random.fork_rng():  # measuring must not move the run's random streams
-            torch.manual_seed(0)
-            net = PolicyNet(arch)
-        weights = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
-        policy = DecodedPolicy(0, "fp32", weights)
+        policy = random_policy(arch)
     obs = np.random.default_rng(0).standard_normal((1, arch.obs_dim)).astype(np.float32)
     results = {}
     with torch_threads(1):
-        for backend in backends or engine_backends(precision):
+        for backend in backends or engine_backends(precision, arch.block_size):
             engine = make_engine(arch, precision, backend)
             engine.load(policy)  # the first load pays one-off initialisation (ONNX Runtime's, torch's)
             loads = []

@@ -1,8 +1,11 @@
 """The ActorQ learner: an SB3 off-policy agent trained in fp32 with SB3's own ``train()`` on its replay buffer.
 
 The learner never steps an environment: actors' transitions are written into the model's replay buffer
-and ``model.train(gradient_steps, batch_size)`` does the updates exactly as ``learn()`` would. Checkpoints
-hold the SB3 model (``model.save``), its replay buffer and the run's bookkeeping, so training resumes.
+and ``model.train(gradient_steps, batch_size)`` does the updates exactly as ``learn()`` would. With
+``policy_block_size`` the policy's hidden-to-hidden layers are block-circulant from the start
+(:func:`rlq.actorq.policy.block_circulant_policy_`) and train as B-vectors in fp32. Checkpoints hold the SB3
+model (:func:`rlq.sb3.checkpoint.save_compressed`, which keeps a compressed policy's structure), its replay
+buffer and the run's bookkeeping, so training resumes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from rlq.actorq.actor import ChunkResult
 from rlq.actorq.config import IDENTITY_FIELDS, ActorQConfig, ActorQConfigError
 from rlq.core.jsonio import read_json, write_json
 from rlq.rl.agents import algorithm_class, make_model, quiet_logger
+from rlq.sb3.checkpoint import load_compressed, save_compressed
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +103,7 @@ class Learner:
                 config.algorithm, config.env_id, seed=config.seed, hyperparams=sb3_hyperparams(config)
             )
             near_zero_policy_output_(model, config.policy_output_init)
-            return cls(model, config.batch_size)
+            return cls._structured(model, config)
         from rlq.actorq.d4pg import D4PG
         from rlq.rl.envs import make_vec_env
         from rlq.rl.seeding import seed_everything
@@ -119,6 +123,15 @@ class Learner:
             raise ActorQConfigError(f"bad hyperparameter for D4PG: {e}") from e
         near_zero_policy_output_(model, config.policy_output_init)
         model.set_logger(quiet_logger(None))
+        return cls._structured(model, config)
+
+    @classmethod
+    def _structured(cls, model, config: ActorQConfig) -> Learner:
+        """Return the learner of ``model`` with its policy made block-circulant when ``policy_block_size`` is set."""
+        if config.policy_block_size is not None:
+            from rlq.actorq.policy import block_circulant_policy_
+
+            block_circulant_policy_(model, config.policy_block_size)
         return cls(model, config.batch_size)
 
     def _time_sampling(self) -> None:
@@ -201,7 +214,7 @@ class Learner:
         model_path = folder / f"learner_{learner_steps}.zip"
         replay_path = folder / f"replay_{learner_steps}.pkl"
         tmp_model, tmp_replay = folder / ".tmp_learner.zip", folder / ".tmp_replay.pkl"
-        self.model.save(tmp_model)
+        save_compressed(self.model, tmp_model)
         buffer = self.model.replay_buffer
         del buffer.sample  # the timing wrapper is a closure: pickle the plain buffer
         try:
@@ -229,7 +242,7 @@ class Learner:
                 from rlq.actorq.d4pg import D4PG as algorithm
             else:
                 algorithm = algorithm_class(config.algorithm)
-            model = algorithm.load(model_path, device=config.device)
+            model = load_compressed(algorithm, model_path, device=config.device)
             model.load_replay_buffer(replay_path)
         except Exception as e:  # a truncated or foreign file: say which one
             raise RuntimeError(

@@ -24,7 +24,7 @@ from rlq.actorq.actor import ACTOR_TIMERS
 from rlq.actorq.broadcast import encode_policy
 from rlq.actorq.config import ActorQConfig
 from rlq.actorq.evaluation import Evaluator
-from rlq.actorq.inference import choose_backend
+from rlq.actorq.inference import choose_backend, engine_label
 from rlq.actorq.learner import Learner, check_resumable, has_checkpoint, write_config
 from rlq.actorq.policy import architecture_of, policy_weights
 from rlq.actorq.result import (
@@ -400,7 +400,7 @@ class _Run:
             env_steps=self.env_steps,
             learner_steps=self.learner_steps,
             broadcasts=self.broadcasts,
-            actor_backend=f"{backend}-{c.actor_precision}",
+            actor_backend=engine_label(backend, c.actor_precision),
             backend_timings=timings,
             actor_steps_per_s=self.actor_steps / max(self.actor_seconds, 1e-9),
             actor_restarts=self.restarts,

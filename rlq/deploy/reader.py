@@ -43,8 +43,10 @@ class LinearSpec:
 
     name: str
     """Qualified module name."""
-    weight: np.ndarray
-    """The effective dense weight ``(out, in)``, float32: what the PyTorch forward multiplies by."""
+    weight: np.ndarray | None
+    """The effective dense weight ``(out, in)``, float32: what the PyTorch forward multiplies by. None only for
+    a block-circulant layer given by its ``vectors`` alone, for the frequency-domain op, which never reads it
+    (:func:`read_policy` always sets it)."""
     bias: np.ndarray | None
     """float32 ``(out,)``, or None."""
     vectors: np.ndarray | None = None
@@ -52,12 +54,22 @@ class LinearSpec:
     activation: str = "none"
     kind: str = "linear"
 
+    def __post_init__(self) -> None:
+        if self.weight is None and self.vectors is None:
+            raise ValueError(f"layer {self.name!r}: a LinearSpec needs its weight or its B-vectors")
+
     @property
     def n_in(self) -> int:
-        return int(self.weight.shape[1]) if self.kind == "linear" else self.n_out
+        if self.kind != "linear":
+            return self.n_out
+        if self.weight is None:
+            return int(self.vectors.shape[1] * self.vectors.shape[2])
+        return int(self.weight.shape[1])
 
     @property
     def n_out(self) -> int:
+        if self.weight is None:
+            return int(self.vectors.shape[0] * self.vectors.shape[2])
         return int(self.weight.shape[0])
 
 

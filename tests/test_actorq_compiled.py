@@ -1,0 +1,247 @@
+"""ActorQ with block-circulant policies and compiled actors: broadcast of B-vectors, the compiled engine, a run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from rlq.actorq import (
+    ActorQConfig,
+    ActorQConfigError,
+    PolicyArchitecture,
+    acting_sequential,
+    decode_policy,
+    encode_policy,
+    expand_vectors,
+    make_engine,
+    random_policy,
+    train,
+)
+from rlq.actorq.broadcast import QuantizedWeight, quantize_weight
+from rlq.actorq.inference import engine_backends, measure_engines
+from rlq.actorq.learner import Learner
+from rlq.actorq.policy import architecture_of, policy_weights
+from rlq.compress import expand_circulant, is_block_circulant
+from rlq.deploy import FP32_RTOL, error_bound, kernels_available
+
+TINY = dict(
+    env_id="Pendulum-v1",
+    n_actors=2,
+    hidden_sizes=(32, 32, 32),
+    batch_size=32,
+    learner_steps=40,
+    learning_starts=200,
+    samples_per_insert=8.0,
+    update_period=20,
+    eval_every=20,
+    eval_episodes=1,
+    torch_threads=1,
+    max_insert_lead=200,
+    policy_output_init=0.0,
+    buffer_size=5_000,
+)
+
+
+def arch(block_size: int | None = 16, stochastic: bool = False, hidden=(64, 64, 64)) -> PolicyArchitecture:
+    return PolicyArchitecture(5, 2, hidden, "relu", stochastic, (-1.0, -2.0), (1.0, 2.0), block_size)
+
+
+def float_values(policy) -> dict[str, np.ndarray]:
+    """The decoded policy's weights as floats in the form they travelled (B-vectors stay B-vectors)."""
+    return {
+        k: v.dequantize() if isinstance(v, QuantizedWeight) else np.asarray(v)
+        for k, v in policy.weights.items()
+    }
+
+
+# --- configuration -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, field, message",
+    [
+        (dict(policy_block_size=3, hidden_sizes=(64, 64)), "policy_block_size", "does not divide hidden layer 1's 64x64"),
+        (dict(policy_block_size=16, hidden_sizes=(64, 64, 24)), "policy_block_size", "hidden layer 2's 24x64"),
+        (dict(policy_block_size=8, hidden_sizes=(64,)), "policy_block_size", "two hidden layers or more"),
+        (dict(policy_block_size=1), "policy_block_size", "int >= 2"),
+        (dict(policy_block_size="8"), "policy_block_size", "int >= 2"),
+        (dict(policy_block_size=True), "policy_block_size", "int >= 2"),
+        (dict(actor_backend="compiled", actor_precision="fp16"), "actor_backend", "compiled actors act at fp32 or int8"),
+        (dict(actor_backend="compiled", actor_precision="int4"), "actor_backend", "not int4"),
+    ],
+)  # fmt: skip
+def test_bad_block_size_or_compiled_precision_is_refused_naming_the_field(overrides, field, message):
+    with pytest.raises(ActorQConfigError, match=f"ActorQConfig.{field}=") as caught:
+        ActorQConfig(**overrides)
+    assert message in str(caught.value)
+
+
+def test_auto_chooses_among_compiled_actors_for_block_circulant_policies_only():
+    assert engine_backends("int8") == ("torch", "onnx")
+    assert engine_backends("int8", 16) == ("torch", "onnx", "compiled")
+    assert engine_backends("fp16", 16) == ("torch",)
+
+
+@pytest.mark.slow
+def test_auto_measures_the_compiled_engine_of_a_block_circulant_policy():
+    timings = measure_engines(arch(hidden=(32, 32)), "int8", repeats=5)
+    assert set(timings) == {"torch", "onnx", "compiled"}
+    assert all(t["median_us"] > 0 and t["load_s"] > 0 for t in timings.values())
+
+
+# --- broadcast -----------------------------------------------------------------------------------------
+
+
+def test_expand_vectors_is_rlq_compress_expansion():
+    vectors = np.random.default_rng(0).standard_normal((3, 2, 4)).astype(np.float32)
+    expected = expand_circulant(torch.from_numpy(vectors)).numpy()
+    np.testing.assert_array_equal(expand_vectors(vectors), expected)
+    codes = np.arange(24, dtype=np.int8).reshape(3, 2, 4)
+    np.testing.assert_array_equal(
+        expand_vectors(codes), expand_circulant(torch.from_numpy(codes.astype(np.float32)))
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["TD3", "SAC"])
+def test_a_block_circulant_policy_broadcasts_one_bth_of_its_dense_values(algorithm):
+    b = 8
+    config = ActorQConfig(
+        **{**TINY, "algorithm": algorithm, "hidden_sizes": (64, 64, 64), "policy_block_size": b}
+    )
+    model = Learner.create(config).model
+    assert architecture_of(model).block_size == b
+    actor = model.policy.actor
+    hidden = [
+        m for m in (actor.latent_pi if algorithm == "SAC" else actor.mu) if isinstance(m, torch.nn.Linear)
+    ]
+    hidden = hidden[:3]
+    assert not is_block_circulant(hidden[0]) and all(is_block_circulant(m) for m in hidden[1:])
+    if algorithm == "TD3":  # the target policy has the same structure and values
+        target = [m for m in model.policy.actor_target.mu if isinstance(m, torch.nn.Linear)][:3]
+        assert all(is_block_circulant(m) for m in target[1:])
+        torch.testing.assert_close(
+            target[1].parametrizations.weight.original, hidden[1].parametrizations.weight.original
+        )
+    fp32 = decode_policy(encode_policy(policy_weights(model), "fp32"))
+    assert fp32.block_sizes() == {"layers.1.weight": b, "layers.2.weight": b}
+    for i, layer in enumerate(hidden):
+        sent = np.asarray(fp32.weights[f"layers.{i}.weight"])
+        if i == 0:
+            np.testing.assert_array_equal(sent, layer.weight.detach().numpy())
+            continue
+        stored = layer.parametrizations.weight.original.detach().numpy()
+        assert sent.size * b == layer.weight.numel() and sent.size == stored.size
+        np.testing.assert_array_equal(sent, stored)  # the layer's own parameters, nothing else
+        np.testing.assert_array_equal(
+            fp32.float_weights()[f"layers.{i}.weight"], layer.weight.detach().numpy()
+        )
+    dense_blob, blob = (
+        encode_policy(fp32.float_weights(), "fp32"),
+        encode_policy(policy_weights(model), "fp32"),
+    )
+    saved = 4 * sum(m.weight.numel() * (1 - 1 / b) for m in hidden[1:])
+    assert len(dense_blob) - len(blob) == pytest.approx(saved, abs=256)  # header and alignment only differ
+
+
+def test_int8_b_vector_codes_are_the_per_row_codes_of_the_dense_expansion():
+    vectors = np.random.default_rng(1).standard_normal((4, 3, 8)).astype(np.float32)
+    q = quantize_weight(vectors, 8)
+    assert q.codes.shape == (4, 3, 8) and q.scale.shape == (4,)
+    dense = quantize_weight(expand_vectors(vectors), 8)
+    np.testing.assert_array_equal(q.expanded().codes, dense.codes)
+    np.testing.assert_allclose(q.expanded().scale, dense.scale, rtol=1e-7)
+    np.testing.assert_array_equal(expand_vectors(q.dequantize()), q.expanded().dequantize())
+    blob = decode_policy(encode_policy({"layers.1.weight": vectors, "layers.1.bias": np.zeros(32)}, "int4"))
+    back = blob.weights["layers.1.weight"]
+    assert back.codes.shape == (4, 3, 8) and back.bits == 4
+    np.testing.assert_array_equal(back.codes, quantize_weight(vectors, 4).codes)
+
+
+# --- the compiled engine -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "numpy"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("block_size, stochastic", [(16, False), (8, True), (None, False)])
+def test_compiled_actions_are_the_torch_engines_within_compile_policys_bound(
+    monkeypatch, kernels, precision, block_size, stochastic
+):
+    if kernels and not kernels_available():
+        pytest.skip("rlq's compiled policy kernels are not built here")
+    monkeypatch.setattr("rlq.deploy.runtime.USE_KERNELS", kernels)
+    a = arch(block_size, stochastic)
+    policy = decode_policy(encode_policy(random_policy(a, seed=3).weights, precision, version=1))
+    compiled = make_engine(a, precision, "compiled")
+    compiled.load(policy)
+    assert compiled.policy.compiled == kernels
+    reference = make_engine(a, "fp32", "torch")  # the same decoded policy, dequantized, in PyTorch
+    reference.load(policy)
+    obs = np.random.default_rng(4).standard_normal((64, a.obs_dim)).astype(np.float32) * 2
+    exact, bound = error_bound(acting_sequential(a, float_values(policy)), compiled.policy, obs)
+    got, want = compiled(obs), reference(obs)
+    assert len(got) == len(want) == (2 if stochastic else 1)
+    out = np.concatenate(got, axis=1)
+    assert out.shape == (64, 2 * a.act_dim if stochastic else a.act_dim)
+    assert np.all(np.abs(compiled.policy.outputs(obs) - exact) <= bound)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        cols = slice(i * a.act_dim, (i + 1) * a.act_dim)
+        assert np.all(np.abs(g - w) <= bound[:, cols] + 1e-6), f"output {i}"  # the clamp is 1-Lipschitz
+    if precision == "fp32":
+        assert np.abs(out - np.concatenate(want, axis=1)).max() <= FP32_RTOL * max(1.0, np.abs(exact).max())
+    else:  # int8 moves the actions, though within the bound
+        assert np.abs(out - np.concatenate(want, axis=1)).max() > 0
+    kinds = [op.kernel for op in compiled.policy.ops]
+    circulant = f"circulant_{precision}"
+    assert kinds.count(circulant) == (2 if block_size else 0)
+
+
+# --- training ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_local_run_with_compiled_int8_actors_trains_its_block_circulant_policy():
+    config = ActorQConfig(
+        **{**TINY, "policy_block_size": 16, "actor_backend": "compiled", "actor_precision": "int8"}
+    )
+    initial = policy_weights(Learner.create(config).model)
+    result = train(config)
+    assert result.learner_steps == 40 and list(result.history["learner_steps"]) == [0, 20, 40]
+    assert result.actor_backend == ("compiled-int8" if kernels_available() else "compiled-numpy-int8")
+    assert np.isfinite(result.history["eval_return"]).all()
+    assert result.breakdown["actor_inference"] > 0 and result.breakdown["actor_load"] > 0
+    final = policy_weights(result.model)
+    assert final.keys() == initial.keys()
+    for name in ("layers.1.weight", "layers.2.weight"):
+        assert final[name].shape == initial[name].shape == (2, 2, 16)
+        assert not np.allclose(final[name], initial[name])  # the B-vectors trained
+    assert not np.allclose(final["layers.0.weight"], initial["layers.0.weight"])
+    blob = encode_policy(final, "int8", result.learner_steps)
+    assert result.bytes_per_broadcast == len(blob)  # what the breakdown counts is what was sent
+    dense_values = sum(v.size for v in decode_policy(blob).float_weights().values())
+    sent_values = sum(np.asarray(getattr(v, "codes", v)).size for v in decode_policy(blob).weights.values())
+    assert sent_values < dense_values - 2 * 32 * 32 * (1 - 1 / 16) + 1
+
+
+@pytest.mark.slow
+def test_a_block_circulant_learner_resumes_from_its_checkpoint(tmp_path):
+    config = ActorQConfig(
+        **{**TINY, "policy_block_size": 16, "actor_backend": "compiled", "checkpoint_dir": str(tmp_path),
+           "checkpoint_every": 20}
+    )  # fmt: skip
+
+    def interrupt(progress):
+        if progress.learner_steps >= 20:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(config, callback=interrupt)
+    resumed = train(config)
+    assert resumed.resumed_from == 20 and resumed.learner_steps == 40
+    assert architecture_of(resumed.model).block_size == 16
+    assert policy_weights(resumed.model)["layers.1.weight"].shape == (2, 2, 16)
+    with pytest.raises(ActorQConfigError, match="policy_block_size: 16 there, 8 here"):
+        train(dataclasses.replace(config, policy_block_size=8))
