@@ -121,7 +121,7 @@ def verdict(low: float, high: float, max_slowdown: float) -> str:
     return "inconclusive"
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000, help="timed training steps per method")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds the steps are split into")

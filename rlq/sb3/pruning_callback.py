@@ -42,7 +42,7 @@ class GradualPruningCallback(CompressionCallback):
 
     checkpoint_key = "gradual_pruning"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         final_sparsity: float,
         start_fraction: float = 0.2,
