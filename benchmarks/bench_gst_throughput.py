@@ -16,7 +16,7 @@ method alike. Methods:
 - ``gst_pruned``: GST after its hand-over (dense weights, 75% masked), the phase GST ends in.
 - ``gst_qat``: ``gst`` plus :class:`rlq.sb3.qat_callback.QATCallback` (4 bits, ``delay_steps=0``) in the same
   ``learn``: every weight of every network fake-quantized on top of the compression, once per value it
-  takes (:class:`rlq.sb3.qat_callback.MemoizedWeightFakeQuant`; no conversion between rounds, which are one
+  takes (:class:`rlq.sb3.qat_stacking.MemoizedWeightFakeQuant`; no conversion between rounds, which are one
   training run cut into pieces).
 - ``gst_qat_torch``: ``gst_qat`` with the compiled kernels switched off (fake quantization by PyTorch ops too).
 - ``gst_qat_actor``: as ``gst_qat`` with ``QATCallback(networks="action_path")``: only the actor and its
@@ -121,7 +121,7 @@ def verdict(low: float, high: float, max_slowdown: float) -> str:
     return "inconclusive"
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000, help="timed training steps per method")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds the steps are split into")

@@ -1,37 +1,79 @@
-"""Layout rules a reader relies on: small modules and functions, and notebooks that define no code of their own."""
+"""Layout rules a reader relies on: functions within ruff's ceilings, one module per basename, and notebooks
+that define no code of their own."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_MODULE_LINES = 500
-MAX_FUNCTION_LINES = 80
+NOTEBOOK_DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+\w+", re.M)
 
 
-def modules() -> list[Path]:
-    return sorted((ROOT / "rlq").rglob("*.py"))
+def ruff(*args: str) -> subprocess.CompletedProcess:
+    """Run the ruff installed beside this Python with the project's config (skip where there is none)."""
+    binary = Path(sys.executable).parent / "ruff"
+    if not binary.exists():
+        pytest.skip(f"no ruff beside {sys.executable}: install the dev extra (pip install -e '.[dev]')")
+    command = [str(binary), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_modules_and_functions_stay_small(path):
-    source = path.read_text()
-    lines = source.count("\n")
-    assert lines <= MAX_MODULE_LINES, (
-        f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_MODULE_LINES})"
-    )
-    long = [
-        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
-    ]
-    assert not long, f"{path.relative_to(ROOT)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+def test_the_package_passes_ruff_with_the_project_rules():
+    result = ruff("rlq")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_reports_a_function_over_the_argument_ceiling(tmp_path):
+    """The configured rule can fail: nine parameters are one over max-args, eight are within it."""
+    nine, eight = tmp_path / "nine.py", tmp_path / "eight.py"
+    nine.write_text("def nine(a, b, c, d, e, f, g, h, i):\n    return a\n")
+    eight.write_text("def eight(a, b, c, d, e, f, g, h):\n    return a\n")
+    result = ruff("--output-format", "concise", str(nine))
+    assert result.returncode == 1 and "PLR0913" in result.stdout, result.stdout + result.stderr
+    assert ruff(str(eight)).returncode == 0
+
+
+def repeated_module_names() -> dict[str, list[str]]:
+    """Return each basename two or more modules under rlq/ share (``__init__.py`` and C files aside)."""
+    paths: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "rlq").rglob("*.py")):
+        if path.name != "__init__.py":
+            paths.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    return {name: where for name, where in paths.items() if len(where) > 1}
+
+
+REPEATED_TODAY = {
+    "claims.py",
+    "evaluation.py",
+    "figures.py",
+    "jobs.py",
+    "latency.py",
+    "layers.py",
+    "progress.py",
+    "runtime.py",
+    "stats.py",
+    "tables.py",
+    "training.py",
+}
+"""Basenames several modules share now; each is to be renamed for what its modules hold."""
+
+
+@pytest.mark.xfail(strict=True, reason=f"modules share basenames: {', '.join(sorted(REPEATED_TODAY))}")
+def test_no_two_modules_share_a_basename():
+    """A name says which module it is: a traceback's or an editor tab's ``figures.py`` names one file."""
+    repeated = repeated_module_names()
+    assert not repeated, f"modules share basenames: {repeated}"
+
+
+def test_no_basename_repeats_beyond_those_listed():
+    """While the listed repeats wait to be renamed, no new one is added."""
+    assert set(repeated_module_names()) <= REPEATED_TODAY
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
@@ -41,15 +83,13 @@ def test_notebooks_define_no_function_or_class(path):
         match.group(0).strip()
         for cell in cells
         if cell["cell_type"] == "code"
-        for match in re.finditer(r"^\s*(?:async\s+)?(?:def|class)\s+\w+", "".join(cell["source"]), re.M)
+        for match in NOTEBOOK_DEF.finditer("".join(cell["source"]))
     ]
     assert not defined, f"{path.name} defines {defined} in a cell: move shared code into rlq, or inline it"
 
 
-def test_the_rules_catch_what_they_are_for(tmp_path):
-    """The checks above can fail: a long function and a notebook def are found by the same scans."""
-    body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES))
-    tree = ast.parse(f"def long():\n{body}\n")
-    (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-    assert node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
-    assert re.search(r"^\s*(?:async\s+)?(?:def|class)\s+\w+", "x = 1\n    def helper(t):\n", re.M)
+def test_the_notebook_rule_catches_what_it_is_for():
+    """The notebook scan can fail: an indented def after other code is found, a call is not."""
+    assert NOTEBOOK_DEF.search("x = 1\n    def helper(t):\n")
+    assert NOTEBOOK_DEF.search("async def fetch():\n    pass\n")
+    assert not NOTEBOOK_DEF.search("define(x)\nresult = classify(y)\n")

@@ -18,7 +18,7 @@ from rlq.quant.bits import (
     relative_index_width,
 )
 from rlq.quant.layers import quantizable_layers
-from rlq.sb3.qat_callback import stack_fake_quant_
+from rlq.sb3.qat_stacking import stack_fake_quant_
 
 
 def mlp() -> nn.Sequential:

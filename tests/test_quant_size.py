@@ -124,7 +124,7 @@ def combined_policy() -> nn.Sequential:
     """A 64-wide actor: dense fp32 first layer, block-circulant + pruned middle, pruned last, all QAT but the first."""
     from rlq.compress import magnitude_prune_, make_block_circulant_
     from rlq.quant import WeightFakeQuant
-    from rlq.sb3.qat_callback import stack_fake_quant_
+    from rlq.sb3.qat_stacking import stack_fake_quant_
 
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2), nn.Tanh())

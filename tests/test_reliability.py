@@ -26,7 +26,7 @@ from rlq.faces.cli import main
 EXPERIMENTS = list_experiments(REPO / "notebooks")
 
 
-def _bad_values(param) -> list[tuple[str, str]]:
+def _bad_values(param) -> list[tuple[str, str]]:  # noqa: C901, PLR0912
     """Return ``(why, text)`` pairs that must be rejected for ``param``, from its default and constraint."""
     c: Constraint = param.constraint
     default = param.default

@@ -18,7 +18,8 @@ from rlq.rl.evaluate import evaluate
 from rlq.sb3.gst_callback import GSTCallback
 from rlq.sb3.networks import optimizers
 from rlq.sb3.pruning_callback import GradualPruningCallback
-from rlq.sb3.qat_callback import QATCallback, convert_policy_qat_
+from rlq.sb3.qat_callback import QATCallback
+from rlq.sb3.qat_policy import convert_policy_qat_
 
 #: rewards never count as a drop: the reward-aware target rises at every update (deterministic tests)
 ALWAYS_HOLDS = {"window": 1, "step_size": 0.1, "max_sparsity": 0.9, "abs_tolerance": 1e9}

@@ -26,7 +26,8 @@ from rlq.experiments.gst import train_compressed
 from rlq.experiments.gst.training_runs import train_and_evaluate_all
 from rlq.rl.agents import make_model
 from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
-from rlq.sb3.compression import HISTORY_COLUMNS, CompressionCallback
+from rlq.sb3.compression import CompressionCallback
+from rlq.sb3.compression_history import HISTORY_COLUMNS
 from rlq.sb3.gst_callback import GSTCallback
 from rlq.sb3.networks import optimizers, policy_layers
 from rlq.sb3.pruning_callback import GradualPruningCallback

@@ -15,8 +15,9 @@ from rlq.rl.agents import algorithm_class, make_model, train_agent
 from rlq.rl.envs import make_vec_env
 from rlq.sb3.action_path import action_network, preprocess_observations
 from rlq.sb3.networks import layer_chains, optimizers
-from rlq.sb3.qat_callback import QATCallback, convert_policy_qat_, qat_layers
+from rlq.sb3.qat_callback import QATCallback
 from rlq.sb3.qat_checkpoint import distinct_values, load_qat, save_qat
+from rlq.sb3.qat_policy import convert_policy_qat_, qat_layers
 from rlq.sb3.quantized import quantized_policy
 
 TINY = {
@@ -274,7 +275,7 @@ def test_a_policy_prepared_at_other_bits_is_refused():
 def test_memoized_quantizer_gives_the_parents_bits_and_gradient():
     from stable_baselines3.common.utils import polyak_update
 
-    from rlq.sb3.qat_callback import MemoizedWeightFakeQuant
+    from rlq.sb3.qat_stacking import MemoizedWeightFakeQuant
 
     torch.manual_seed(0)
     weight = torch.nn.Parameter(torch.randn(8, 5))
@@ -340,7 +341,7 @@ def test_quantizing_the_vectors_of_a_block_circulant_layer_gives_the_dense_bits(
     """QAT above a block-circulant layer quantizes its B-vectors: same bits and gradient as on the dense weight."""
     from rlq.compress import block_circulant_
     from rlq.compress.expansion_cache import ExpansionCache
-    from rlq.sb3.qat_callback import MemoizedWeightFakeQuant, stack_fake_quant_
+    from rlq.sb3.qat_stacking import MemoizedWeightFakeQuant, stack_fake_quant_
 
     torch.manual_seed(0)
     if kind == "linear":

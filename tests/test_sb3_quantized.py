@@ -234,7 +234,7 @@ def test_quantizing_a_qat_policy_leaves_its_parametrizations_working(models, obs
     # Regression: deep copies of a parametrized module share torch's ParametrizedLinear class; baking the
     # copy's parametrization used to delete the original's `weight` property (and converting the original
     # broke its fp32 copies).
-    from rlq.sb3.qat_callback import convert_policy_qat_, prepare_policy_qat_
+    from rlq.sb3.qat_policy import convert_policy_qat_, prepare_policy_qat_
 
     model = make_model("TD3", "Pendulum-v1", seed=3, hyperparams=dict(policy_kwargs=dict(net_arch=[32, 32])))
     prepare_policy_qat_(model.policy, bits=4)

@@ -89,7 +89,7 @@ class ActorWorker:
     sampling its squashed Gaussian (SAC).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         actor_id: int,
         env_id: str,

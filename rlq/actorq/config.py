@@ -248,7 +248,7 @@ class ActorQConfig:
         self._check_int("max_actor_restarts", 0)
         self._check_positive_number("samples_per_insert")
 
-    def _validate_learner(self) -> None:
+    def _validate_learner(self) -> None:  # noqa: C901
         """Check the learner's hyperparameters and networks."""
         self._check_positive_number("learning_rate")
         if self.max_grad_norm is not None:

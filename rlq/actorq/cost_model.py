@@ -146,7 +146,7 @@ def predict_seconds_per_step(
     return p.seconds_per_step_fp32, p.bound_fp32
 
 
-def predict_speedup(
+def predict_speedup(  # noqa: PLR0913
     breakdown_fp32: StepCosts | Mapping[str, float],
     breakdown_q: StepCosts | Mapping[str, float],
     n_actors: int,

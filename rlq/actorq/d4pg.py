@@ -27,7 +27,7 @@ from torch.nn import functional as F
 class DistributionalCritic(BaseModel):
     """Q(s, a) as logits over ``n_atoms`` fixed return values (one network; D4PG has no twin critics)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         observation_space,
         action_space,
@@ -111,7 +111,7 @@ class D4PG(TD3):
 
     policy_aliases = {"MlpPolicy": D4PGPolicy}
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         policy: str | type[D4PGPolicy],
         env,

@@ -347,7 +347,7 @@ def _median_seconds(fn, repeats: int, warmup: int, sync) -> float:
     return statistics.median(times)
 
 
-def measure_forward_paths(
+def measure_forward_paths(  # noqa: PLR0913
     out_features: int,
     in_features: int,
     block_size: int,

@@ -125,7 +125,7 @@ class ExpansionCache(TensorMemo):
         """Return the B-vectors ``dense`` is the expansion of, if it is this cache's expansion unchanged, else None.
 
         Why: what is computed from the dense weight row by row (QAT's per-output-channel quantization, see
-        :class:`rlq.sb3.qat_callback.MemoizedWeightFakeQuant`) can be computed from the B times smaller vectors.
+        :class:`rlq.sb3.qat_stacking.MemoizedWeightFakeQuant`) can be computed from the B times smaller vectors.
         ``dense`` may be the cached tensor or an alias of it (the output of a hit with gradients on).
         """
         value = self._stored_value()

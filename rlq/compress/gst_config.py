@@ -67,7 +67,7 @@ class GSTConfig:
     optimizer_reset: str = "changed"
     """After a structural change drop the state of the ``"changed"`` parameters only, or of ``"all"``."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901
         check_positive_int("total_steps", self.total_steps)
         if (
             isinstance(self.start_step, bool)

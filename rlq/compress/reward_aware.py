@@ -177,7 +177,7 @@ class RewardAwareSparsity:
 
     # ---- decisions
 
-    def update(self) -> float:
+    def update(self) -> float:  # noqa: PLR0911
         """Return the new target sparsity after a pruning update on the scores added so far."""
         if self.config.rule == "windowed":
             return self._update_windowed()

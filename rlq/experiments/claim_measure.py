@@ -77,7 +77,7 @@ def _paired(m: pd.Series, r: pd.Series, broadcast: bool) -> tuple[np.ndarray, np
     return both["m"].to_numpy(dtype=float), both["r"].to_numpy(dtype=float)
 
 
-def measure_table(
+def measure_table(  # noqa: PLR0911
     spec: ClaimSpec, table: pd.DataFrame, reps: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> Measurement | None:
     """Return ``spec``'s estimate computed from ``table`` (one row per run), or None when its runs are missing."""

@@ -114,7 +114,7 @@ def _pairs(text: str, what: str, line: int) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _row(raw: dict[str, str], line: int) -> ClaimSpec:
+def _row(raw: dict[str, str], line: int) -> ClaimSpec:  # noqa: C901
     """Return one checked row of the specification; raise naming the line and the field that is wrong."""
     names = [f.name for f in fields(ClaimSpec)]
     missing = [n for n in names if n not in raw]

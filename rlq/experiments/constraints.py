@@ -83,7 +83,7 @@ def _tuner_range(kind: str) -> Any:
     return SETTING_RANGES[kind[len(TUNER_KIND_PREFIX) :]]
 
 
-def parse_constraint(comment: str, where: str) -> Constraint:
+def parse_constraint(comment: str, where: str) -> Constraint:  # noqa: C901, PLR0912
     """Return the constraint declared at the end of a parameter's ``comment`` (none declared: no bounds)."""
     found = _BRACKET.search(comment)
     if not found:

@@ -196,7 +196,7 @@ def _line_comments(source: str) -> dict[int, str]:
     return comments
 
 
-def parse_value(text: str, param: Parameter) -> Any:
+def parse_value(text: str, param: Parameter) -> Any:  # noqa: PLR0911
     """Return ``text`` (from the command line) converted to ``param``'s type, or raise ExperimentError."""
     kind = type(param.default)
     bad = ExperimentError(
@@ -246,7 +246,7 @@ def _check_type(param: Parameter, value: Any, where: str) -> None:
         raise ExperimentError(f"{where}: {param.name}={value!r} is not a {kind.__name__} like its default")
 
 
-def load_experiment(path: str | Path) -> Experiment:
+def load_experiment(path: str | Path) -> Experiment:  # noqa: C901, PLR0912
     """Return the Experiment described by the notebook at ``path`` (raises ExperimentError if malformed)."""
     path = Path(path)
     try:

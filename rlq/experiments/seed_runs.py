@@ -108,7 +108,7 @@ def _folder_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def run_seeds(
+def run_seeds(  # noqa: PLR0913
     agent: Agent,
     callbacks: Mapping[str, CompressionCallback],
     *,

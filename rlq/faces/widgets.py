@@ -120,7 +120,7 @@ class SparsityTuner:
     the cancel button stops it, as it stops an evaluation.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         model: Any,
         env_id: str,

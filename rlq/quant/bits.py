@@ -14,7 +14,7 @@ What each layer stores (the rule; structure is read from the module itself, as `
   counts them).
 - **Value width.** In this order: an explicit ``bits`` override (see below); the bit width of QAT's
   :class:`rlq.quant.WeightFakeQuant` on the weight, or the mark :func:`mark_weight_format_` left on a
-  converted layer (``rlq.sb3.qat_callback.convert_policy_qat_`` marks its layers); 8 for a ``torch.ao`` quantized layer (``ptq(...,
+  converted layer (``rlq.sb3.qat_policy.convert_policy_qat_`` marks its layers); 8 for a ``torch.ao`` quantized layer (``ptq(...,
   "int8")``); else the width of the weight's float dtype (32 for fp32, 16 for fp16 / bf16). A copy made by
   ``ptq(..., "int4")`` holds float values with at most 16 levels and reads as 32 bits unless told.
 - **Scales.** An integer layer stores one 32-bit scale per tensor, or per output channel; a
@@ -72,7 +72,7 @@ WEIGHT_FORMAT = "rlq_weight_format"
 def mark_weight_format_(layer: nn.Module, bits: int, axis: int | None) -> nn.Module:
     """Return ``layer``, marked as holding ``bits``-bit symmetric levels with scales along weight ``axis``.
 
-    Conversions that bake quantized values into float tensors (``rlq.sb3.qat_callback.convert_policy_qat_``) mark
+    Conversions that bake quantized values into float tensors (``rlq.sb3.qat_policy.convert_policy_qat_``) mark
     their layers, so :func:`bits_per_weight` counts them at their width without an override.
     """
     setattr(layer, WEIGHT_FORMAT, {"bits": check_bits(bits), "axis": axis})

@@ -369,7 +369,7 @@ class _StraightThrough(torch.autograd.Function):
 def straight_through(t: Tensor, values: Tensor) -> Tensor:
     """Return ``values`` (no copy) with the gradient of ``t``: the identity, as ``values + (t - t.detach())``.
 
-    Why: reusing a fake-quantized weight computed earlier (``rlq.sb3.qat_callback.MemoizedWeightFakeQuant``) needs
+    Why: reusing a fake-quantized weight computed earlier (``rlq.sb3.qat_stacking.MemoizedWeightFakeQuant``) needs
     only its straight-through gradient; ``values + (t - t.detach())`` costs two passes and two temporaries
     for the same bits when ``t`` is finite and ``values`` holds no -0.0 (as :func:`fake_quantize_ste`'s).
     """

@@ -207,7 +207,7 @@ class TrainedAgent:
     checkpoint: Path | None
 
 
-def train_agent(
+def train_agent(  # noqa: PLR0913
     algo: str,
     env_id: str,
     total_timesteps: int,

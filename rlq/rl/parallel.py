@@ -184,7 +184,7 @@ class _Batch:
         )
 
 
-def run_jobs(
+def run_jobs(  # noqa: C901, PLR0912, PLR0913
     func: Callable[..., T],
     jobs: Sequence[dict[str, Any]],
     workers: int = 1,

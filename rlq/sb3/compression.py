@@ -25,20 +25,9 @@ module supplies what only SB3 knows, as :class:`rlq.compress.gst.GSTHooks` and l
   eligible when it belongs to an online chain and (with ``skip_first_last``) is neither the first nor the
   last layer of any chain: SAC's trunk feeding two heads and a CNN shared by actor and critic are handled.
   ``covered_fraction`` is the share of the online networks' weights held by eligible layers (paper: 94-99%).
-- **Targets.** Target networks (TD3/DDPG ``actor_target`` and ``critic_target``, SAC ``critic_target``,
-  DQN ``q_net_target``) get the same structure as their online networks at every change: the same block
-  size, the same hidden-unit reordering (exact transitions), and the online network's masks (masks are
-  chosen from the online weights only). Targets keep their own values (projected, permuted or masked the
-  same way), so polyak averaging continues without a hard update; since parameters keep their order and
-  shapes match, ``polyak_update`` stays aligned and pruned target weights stay exactly zero.
-- **Optimizers.** Every transform keeps Parameter objects, so the optimizers still hold the live
-  parameters. After a structural change (block-circulant on, a transition, the hand-over) the optimizer
-  state of the parameters the change touched is reset, since moments of the old shapes or unit order no
-  longer fit (GST's ``optimizer_reset``: ``"changed"`` by default, ``"all"`` drops every parameter's); a
-  pruning update keeps it (masked entries get zero gradients). The state of masked entries is parked (first
-  moments 0, second moments 1) at every mask change, after every reset and every ``park_every`` steps:
-  the weights trained are the same, but ``torch.sqrt`` of the zeros Adam would otherwise hold there is
-  5x slower on CPU (see :mod:`rlq.compress.optimizer_state`).
+- **Targets and optimizers.** Target networks get the same structure and masks as their online networks
+  at every change, and the optimizer state a change invalidates is reset, that of masked entries parked
+  (:mod:`rlq.sb3.policy_sync`).
 - **Reward.** Finished episodes are read from ``self.locals["infos"]`` (Monitor's ``"episode"`` entries).
   GST's controller gets each finished episode's return as a score (those that began in an off-policy
   algorithm's random warm-up left out, :meth:`rlq.compress.GSTSchedule.counts_episode`); the history's
@@ -46,7 +35,8 @@ module supplies what only SB3 knows, as :class:`rlq.compress.gst.GSTHooks` and l
 - **Compression ratio.** ``1 - stored / dense`` weights (biases excluded) over every Linear/Conv layer of
   the *online* networks. Target networks mirror them, so the ratio over the whole policy, targets
   included, is the same number. :meth:`CompressionCallback.average_compression_ratio` averages it over
-  the training updates: from ``learning_starts`` (off-policy; 0 on-policy) to the end.
+  the training updates: from ``learning_starts`` (off-policy; 0 on-policy) to the end. The history and
+  event rows are :class:`rlq.sb3.compression_history.CompressionHistory`'s.
 - **Checkpoints.** Each callback has a ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (schedule,
   controller, reward window, history), used by :func:`rlq.sb3.checkpoint.save_compressed` and by
   :func:`rlq.rl.agents.train_agent`, so an interrupted run resumes where it stopped.
@@ -67,45 +57,21 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from torch import nn
 from torch.nn.utils import parametrize
 
-from rlq.compress import (
-    average_compression_ratio,
-    block_size_of,
-    layer_report,
-    magnitude_prune_,
-    park_masked_state_,
-    reset_optimizer_state_,
-)
-from rlq.compress.block_circulant import stored_target
+from rlq.compress import layer_report, magnitude_prune_
 from rlq.compress.layers import dense_weight_numel
-from rlq.compress.masks import bake_mask_, mask_of, prune_with_mask_, stored_tensor
 from rlq.compress.measures import stored_weight_count
 from rlq.core.jsonio import json_safe
 from rlq.core.validation import check_positive_int
 from rlq.rl.episodes import finished_episodes
-from rlq.sb3.networks import (
-    PolicyLayers,
-    optimizers,
-    policy_layers,
-    refresh_optimizers,
+from rlq.sb3.compression_history import CompressionHistory
+from rlq.sb3.networks import PolicyLayers, policy_layers
+from rlq.sb3.policy_sync import (
+    mirror_target_masks_,
+    online_mask,
+    park_masked_optimizer_state_,
+    reset_policy_optimizers_,
 )
-from rlq.sb3.qat_callback import fake_quant_lifted
-
-HISTORY_COLUMNS = ["step", "event", "phase", "block_size", "target_sparsity", "sparsity", "compression_ratio"]
-HISTORY_COLUMNS += ["mean_reward", "episodes", "decision"]
-"""Columns of :attr:`CompressionCallback.history`."""
-
-EVENT_COLUMNS = [
-    "step",
-    "kind",
-    "block_size",
-    "sparsity",
-    "method",
-    "layers",
-    "covered_fraction",
-    "mean_shift",
-]
-"""Columns of :attr:`CompressionCallback.events` (one row per structural change or pruning update)."""
-
+from rlq.sb3.qat_stacking import fake_quant_lifted
 
 # Callbacks
 
@@ -156,8 +122,7 @@ class CompressionCallback(BaseCallback):
         self.layers: PolicyLayers | None = None
         self.start_step = 0
         self.total_steps: int | None = None
-        self._rows: list[dict[str, Any]] = []
-        self._events: list[dict[str, Any]] = []
+        self._record = CompressionHistory()
         self._last_log: int | None = None
         self._last_park: int | None = None
         self._park_pending = False
@@ -178,7 +143,7 @@ class CompressionCallback(BaseCallback):
 
     def _on_training_start(self) -> None:
         self._act()
-        if not self._rows or self._rows[-1]["step"] != self.num_timesteps:
+        if self._record.last_step != self.num_timesteps:
             self._log("start")
 
     def _on_step(self) -> bool:
@@ -220,7 +185,8 @@ class CompressionCallback(BaseCallback):
         """Change the compression inside: a rollout's parametrization cache is dropped, then reopened.
 
         QAT's weight quantizers, if a :class:`rlq.sb3.qat_callback.QATCallback` trains alongside, are lifted off
-        during the change and stacked back on top of the new structure (:func:`rlq.sb3.qat_callback.fake_quant_lifted`).
+        during the change and stacked back on top of the new structure
+        (:func:`rlq.sb3.qat_stacking.fake_quant_lifted`).
         """
         was_open = self._rollout_cache is not None
         self.close_rollout_cache()
@@ -234,7 +200,7 @@ class CompressionCallback(BaseCallback):
 
     def _on_training_end(self) -> None:
         self.close_rollout_cache()
-        if not self._rows or self._rows[-1]["step"] != self.num_timesteps:
+        if self._record.last_step != self.num_timesteps:
             self._log("end")
 
     # ---- what subclasses change
@@ -290,32 +256,18 @@ class CompressionCallback(BaseCallback):
         on-policy ones) to the last step seen (at least the run's total steps). Each history row's ratio
         holds until the next row.
         """
-        history = self.history.drop_duplicates("step", keep="last")
-        if history.empty:
-            raise ValueError("no history yet: train with this callback first")
         start = self.start_step if start_step is None else int(start_step)
-        last = int(history["step"].iloc[-1])
-        end = max(last + 1, self.total_steps or 0) if end_step is None else int(end_step)
-        if end <= start:
-            raise ValueError(f"end_step {end} must exceed start_step {start}")
-        before = history[history["step"] <= start]
-        after = history[(history["step"] > start) & (history["step"] < end)]
-        first_value = (
-            before["compression_ratio"].iloc[-1] if len(before) else history["compression_ratio"].iloc[0]
-        )
-        values = [float(first_value), *after["compression_ratio"].astype(float)]
-        steps = [start, *after["step"].astype(int)]
-        return average_compression_ratio(values, steps, end)
+        return self._record.average_compression_ratio(start, end_step, self.total_steps)
 
     @property
     def history(self) -> pd.DataFrame:
-        """Return the history rows as a DataFrame with :data:`HISTORY_COLUMNS`."""
-        return pd.DataFrame(self._rows, columns=HISTORY_COLUMNS)
+        """Return the history rows as a DataFrame (:data:`rlq.sb3.compression_history.HISTORY_COLUMNS`)."""
+        return self._record.frame()
 
     @property
     def events(self) -> pd.DataFrame:
-        """Return one row per action carried out (:data:`EVENT_COLUMNS`)."""
-        return pd.DataFrame(self._events, columns=EVENT_COLUMNS)
+        """Return one row per action carried out (:data:`rlq.sb3.compression_history.EVENT_COLUMNS`)."""
+        return self._record.event_frame()
 
     # ---- helpers shared by the subclasses
 
@@ -335,7 +287,7 @@ class CompressionCallback(BaseCallback):
             "mean_reward": float("nan") if reward is None else reward,
             "episodes": self.episodes,
         }
-        self._rows.append({k: row.get(k) for k in HISTORY_COLUMNS})
+        self._record.add_row(row)
         self._record_to_logger(row)
         if self.verbose >= 1 and event not in ("log",):
             self.logger.log(
@@ -365,7 +317,7 @@ class CompressionCallback(BaseCallback):
             "mean_shift": float(np.mean(shifts)) if len(shifts) else float("nan"),
             **extra,
         }
-        self._events.append({k: row.get(k) for k in EVENT_COLUMNS})
+        self._record.add_event(row)
 
     def _prune_(self, sparsity: float, scope: str) -> list[str]:
         """Prune the eligible online layers to ``sparsity`` by magnitude and give targets the same masks."""
@@ -401,59 +353,26 @@ class CompressionCallback(BaseCallback):
 
     def _mask_of(self, name: str) -> torch.Tensor | None:
         """Return the mask on online layer ``name``'s stored values (weights or B-vectors), if pruned."""
-        return mask_of(*stored_target(self._require_layers().online[name]))
+        return online_mask(self._require_layers(), name)
 
     def _park_masked_state_(self, previous: dict[str, torch.Tensor] | None = None) -> None:
         """Park the optimizer state of masked entries (and zero it where a mask regrew entries).
 
-        Training computes the same weights either way; see :mod:`rlq.compress.optimizer_state` for why.
         Until every masked parameter has optimizer state (optimizers create it at their first step after
-        a reset), parking is repeated at every environment step.
+        a reset), parking is repeated at every environment step
+        (:func:`rlq.sb3.policy_sync.park_masked_optimizer_state_`).
         """
-        layers = self._require_layers()
-        policy_optimizers = optimizers(self.model.policy)
-        masked = parked = 0
-        for name in layers.eligible:
-            mask = self._mask_of(name)
-            if mask is None:
-                continue
-            masked += 1
-            param = stored_tensor(*stored_target(layers.online[name]))
-            for optimizer in policy_optimizers:
-                if park_masked_state_(optimizer, param, mask, (previous or {}).get(name)):
-                    parked += 1
-                    break
+        complete = park_masked_optimizer_state_(self.model.policy, self._require_layers(), previous)
         self._last_park = self.num_timesteps
-        self._park_pending = parked < masked
+        self._park_pending = not complete
 
     def _mirror_targets_(self) -> None:
-        """Give every target layer its online layer's mask (structure is mirrored by the transforms)."""
-        layers = self._require_layers()
-        for name, twin in layers.targets.items():
-            layer = layers.online[name]
-            if block_size_of(layer) != block_size_of(twin):
-                raise RuntimeError(
-                    f"target of {name!r} has block size {block_size_of(twin)}, online {block_size_of(layer)}"
-                )
-            source, source_name = stored_target(layer)
-            dest, dest_name = stored_target(twin)
-            mask = mask_of(source, source_name)
-            current = mask_of(dest, dest_name)
-            if mask is None:
-                if current is not None:
-                    bake_mask_(dest, dest_name)
-            elif current is None or not torch.equal(current, mask):
-                prune_with_mask_(dest, dest_name, mask.detach().clone())
+        """Give every target layer its online layer's mask (:func:`rlq.sb3.policy_sync.mirror_target_masks_`)."""
+        mirror_target_masks_(self._require_layers())
 
     def _reset_optimizers_(self, changed: Sequence[torch.Tensor] | None = None) -> None:
-        """Drop the optimizer state of ``changed`` parameters (None: all of the policy's) after a structural change.
-
-        State of another shape than its parameter is dropped in any case (:func:`refresh_optimizers`).
-        """
-        policy = self.model.policy
-        for optimizer in optimizers(policy):
-            reset_optimizer_state_(optimizer, changed)
-        refresh_optimizers(policy)
+        """Drop the optimizer state of ``changed`` parameters (None: all of the policy's) after a structural change."""
+        reset_policy_optimizers_(self.model.policy, changed)
         self._park_pending = True  # masked entries' fresh state starts at 0: park it once it exists
 
     # ---- checkpoints
@@ -471,8 +390,8 @@ class CompressionCallback(BaseCallback):
                 "class": type(self).__name__,
                 "returns": list(self.returns),
                 "episodes": self.episodes,
-                "rows": self._rows,
-                "events": self._events,
+                "rows": self._record.rows,
+                "events": self._record.events,
                 "last_log": self._last_log,
                 "start_step": self.start_step,
                 "total_steps": self.total_steps,
@@ -486,14 +405,7 @@ class CompressionCallback(BaseCallback):
             raise ValueError(f"state was saved by {state.get('class')!r}, not {type(self).__name__!r}")
         self.returns = deque(state["returns"], maxlen=self.reward_window)
         self.episodes = int(state["episodes"])
-        self._rows = [
-            {k: (float("nan") if k == "mean_reward" and v is None else v) for k, v in row.items()}
-            for row in state["rows"]
-        ]
-        self._events = [
-            {k: (float("nan") if k == "mean_shift" and v is None else v) for k, v in row.items()}
-            for row in state["events"]
-        ]
+        self._record.load_rows(state["rows"], state["events"])
         self._last_log = state["last_log"]
         self.start_step = int(state["start_step"])
         self.total_steps = state["total_steps"]

@@ -16,8 +16,8 @@ shares (layers, targets, optimizer state, history, checkpoints) is
     gst.average_compression_ratio()  # GST's headline measure
 
 Sparse and low-bit at once: add :class:`rlq.sb3.qat_callback.QATCallback` to the same ``learn`` (either order);
-QAT then quantizes the stored B-vectors and kept weights (see :mod:`rlq.sb3.qat_callback`, "Training together with
-compression"). Without QAT nothing here changes.
+QAT then quantizes the stored B-vectors and kept weights (see :mod:`rlq.sb3.qat_stacking`). Without QAT nothing
+here changes.
 """
 
 from __future__ import annotations

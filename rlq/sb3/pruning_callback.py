@@ -37,12 +37,12 @@ class GradualPruningCallback(CompressionCallback):
 
     Targets get the online networks' masks at every update, so their pruned weights stay exactly zero.
     With :class:`rlq.sb3.qat_callback.QATCallback` in the same ``learn``, QAT quantizes the kept weights (see
-    :mod:`rlq.sb3.qat_callback`).
+    :mod:`rlq.sb3.qat_stacking`).
     """
 
     checkpoint_key = "gradual_pruning"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         final_sparsity: float,
         start_fraction: float = 0.2,

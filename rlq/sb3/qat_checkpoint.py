@@ -33,12 +33,10 @@ from rlq.quant.activations import attach_input_quantizers
 from rlq.quant.layers import output_channel_axis
 from rlq.sb3.checkpoint import zip_path
 from rlq.sb3.networks import refresh_optimizers
-from rlq.sb3.qat_callback import (
-    QAT_FILE,
-    _input_quantizer,
-    _install_state_dict_hooks,
-    _pure_qat,
-)
+from rlq.sb3.qat_policy import _input_quantizer, _install_state_dict_hooks, _pure_qat
+
+QAT_FILE = "rlq_qat.json"
+"""The member of an SB3 zip that holds the quantization state."""
 
 
 def _layer_state(layer: nn.Module) -> dict[str, Any]:

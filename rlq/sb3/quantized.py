@@ -61,7 +61,7 @@ class QuantizedPolicy:
     backend); ``size_bytes`` its serialized size (for simulated ``intN``: the weights packed at N bits).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         network: Any,
         kind: str,
@@ -289,7 +289,7 @@ def make_policy(
     return policy_class(observation_space, action_space, lambda _: 1e-3, **policy_kwargs)
 
 
-def benchmark_action_network(
+def benchmark_action_network(  # noqa: PLR0913
     model_or_policy: Any,
     backends: Sequence[str] = BACKENDS,
     batch_sizes: Sequence[int] = (1,),

@@ -36,7 +36,7 @@ class CompressionSchedule(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def make_schedule(
+def make_schedule(  # noqa: PLR0913
     method: str,
     total_steps: int,
     steps_per_epoch: int,

@@ -144,7 +144,7 @@ def _check_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None
                 )
 
 
-def train_classifier(
+def train_classifier(  # noqa: PLR0913
     model: nn.Module,
     data: ImageData,
     epochs: int,

@@ -36,7 +36,7 @@ def check_run_config(run_dir: str | Path, config: dict[str, Any]) -> None:
     check_settings(Path(run_dir) / JOB_CONFIG, config, advice="Use a new run folder, or move this one away.")
 
 
-def train_and_deploy(
+def train_and_deploy(  # noqa: PLR0913
     training: str,
     env_id: str,
     total_timesteps: int,

@@ -224,7 +224,7 @@ def measure_side_by_side(
     }
 
 
-def deploy_and_measure(
+def deploy_and_measure(  # noqa: PLR0913
     model: Any,
     env_id: str,
     methods: Sequence[str],

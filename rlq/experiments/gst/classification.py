@@ -51,7 +51,7 @@ def seed_folder(out: str | Path, seed: int) -> Path:
     return Path(out) / f"seed_{seed}"
 
 
-def train_classifiers(
+def train_classifiers(  # noqa: PLR0913
     data: ImageData,
     schedules: Mapping[str, CompressionSchedule | None],
     *,
@@ -122,7 +122,7 @@ def _train_job(
     return min(int(r.history["epoch"].max()) for r in trained.values())
 
 
-def _train_seed(
+def _train_seed(  # noqa: PLR0913
     data: ImageData,
     schedules: Mapping[str, CompressionSchedule | None],
     epochs: int,

@@ -44,7 +44,7 @@ top of them (``gst_only_<fix>``); plain ``gst`` has every fix."""
 # Settings: one rule for every GST notebook
 
 
-def compression_settings(
+def compression_settings(  # noqa: PLR0913
     total_timesteps: int,
     *,
     prune_updates: int,

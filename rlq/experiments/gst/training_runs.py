@@ -101,7 +101,7 @@ def make_callback(
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 
-def train_compressed(
+def train_compressed(  # noqa: PLR0913
     method: str,
     algo: str,
     env_id: str,
@@ -209,7 +209,7 @@ def _same_settings(job: dict[str, Any], saved: Any) -> bool:
     return built is None or built == run_settings(job)
 
 
-def train_and_evaluate(
+def train_and_evaluate(  # noqa: PLR0913
     method: str,
     algo: str,
     env_id: str,
@@ -281,7 +281,7 @@ RUN_TABLES = ("summary", "history", "curve", "events")
 """Tables :func:`train_and_evaluate_all` gathers over runs and writes as CSV (``layers`` stays per run)."""
 
 
-def train_and_evaluate_all(
+def train_and_evaluate_all(  # noqa: PLR0913
     jobs: Sequence[dict[str, Any]],
     *,
     workers: int = 1,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rlq.rl.evaluate import EvalResult
 
 
-def ptq_after_training(
+def ptq_after_training(  # noqa: PLR0913
     spec: RunSpec,
     seed: int,
     *,
@@ -102,7 +102,7 @@ def qat_agent(
     return trained, result, callback.history[-1]["step"] if callback.history else None
 
 
-def qat_seed(
+def qat_seed(  # noqa: PLR0913
     spec: RunSpec,
     seed: int,
     callbacks: Sequence[Any],
@@ -161,7 +161,7 @@ def qat_seed(
     return pd.DataFrame(evaluations), pd.concat(curves, ignore_index=True)
 
 
-def qat_vs_ptq(
+def qat_vs_ptq(  # noqa: PLR0913
     specs: Sequence[RunSpec],
     seeds: Sequence[int],
     callbacks: Mapping[str, Sequence[Any]],
