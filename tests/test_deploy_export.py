@@ -233,3 +233,21 @@ def test_the_docs_c_example_compiles_and_prints_the_action(models, tmp_path):
     expected, _ = model.predict(np.array([[1.0, 0.0, 0.5]], np.float32), deterministic=True)
     assert float(value) == pytest.approx(float(expected[0, 0]), abs=2e-6)
     assert f"{export.weight_bytes} bytes of weights" in printed
+
+
+def test_int8_onnx_is_qdq_calibrated_and_close_to_fp32(models, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    from rlq.quant.onnx_backend import OnnxPolicy
+
+    model = models["TD3"]
+    states, _ = rollout("Pendulum-v1", lambda o: model.predict(o, deterministic=True)[0].reshape(1, -1))
+    fp32 = export_policy(model, tmp_path / "fp32", "onnx")
+    int8 = export_policy(model, tmp_path / "int8", "onnx", precision="int8", calibration=states)
+    ops = {node.op_type for node in onnx.load(int8).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops, ops
+    expected, _ = model.predict(states, deterministic=True)
+    got = OnnxPolicy(int8)(states)
+    assert np.abs(got - expected).max() < 0.05 * 2.0  # a few 8-bit steps of Pendulum's [-2, 2]
+    np.testing.assert_allclose(OnnxPolicy(fp32)(states), expected, rtol=0, atol=1e-5)
