@@ -8,6 +8,7 @@ hidden layers and a tanh output, its float32 weights as ``const`` hex-float lite
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,6 +25,13 @@ needs_tools = pytest.mark.skipif(
 SIZES = (11, 64, 64, 3)
 
 
+def test_the_tools_are_installed_where_ci_requires_them():
+    if os.environ.get("RLQ_REQUIRE_EXPORT_TOOLS") == "1":
+        assert cortex_m.tools_available(), (
+            f"RLQ_REQUIRE_EXPORT_TOOLS=1 but the tools are absent: {cortex_m.INSTALL_COMMAND}"
+        )
+
+
 def _literals(values: np.ndarray) -> str:
     return ", ".join(float(x).hex() + "f" for x in values.ravel())
 
@@ -31,11 +39,11 @@ def _literals(values: np.ndarray) -> str:
 def write_dense_policy(
     c_dir: Path, name: str, layers: list[tuple[np.ndarray, np.ndarray]], extra: str = ""
 ) -> None:
-    """Write policy.h and policy.c computing tanh(W_n relu(... relu(W_1 x + b_1)) + b_n); ``extra`` goes into NAME_act."""
+    """Write NAME.h and NAME.c computing tanh(W_n relu(... relu(W_1 x + b_1)) + b_n); ``extra`` goes into NAME_act."""
     c_dir.mkdir(parents=True, exist_ok=True)
     prefix = name.upper()
     obs_dim, action_dim = layers[0][0].shape[1], layers[-1][0].shape[0]
-    c_dir.joinpath("policy.h").write_text(
+    c_dir.joinpath(f"{name}.h").write_text(
         f"#ifndef {prefix}_H\n#define {prefix}_H\n"
         f"#define {prefix}_OBS_DIM {obs_dim}\n#define {prefix}_ACTION_DIM {action_dim}\n"
         f"void {name}_act(const float *obs, float *action);\n#endif\n"
@@ -55,8 +63,8 @@ def write_dense_policy(
             + (f"        {dst}[i] = tanhf(s);\n" if last else f"        {dst}[i] = s > 0.0f ? s : 0.0f;\n")
             + "    }\n"
         )
-    c_dir.joinpath("policy.c").write_text(
-        '#include <math.h>\n#include <stdint.h>\n#include "policy.h"\n\n'
+    c_dir.joinpath(f"{name}.c").write_text(
+        f'#include <math.h>\n#include <stdint.h>\n#include "{name}.h"\n\n'
         + "\n".join(arrays)
         + f"\n\nvoid {name}_act(const float *obs, float *action)\n{{\n{extra}"
         + "".join(steps)
@@ -199,3 +207,45 @@ def test_absent_tools_raise_with_the_install_command(tmp_path, monkeypatch):
         cortex_m.build_cortex_m(tmp_path, "policy", np.zeros((1, 3)), tmp_path / "build")
     with pytest.raises(RuntimeError, match="make export-tools"):
         cortex_m.run_qemu(tmp_path / "policy.elf")
+
+
+@pytest.fixture(scope="module")
+def pendulum_actor():
+    """An untrained TD3 Pendulum-v1 model, 256-256 action path, its hidden layer block-circulant (B = 16)."""
+    import torch
+
+    from rlq.compress import block_circulant_
+    from rlq.rl.agents import make_model
+    from rlq.sb3.action_path import action_network
+
+    torch.set_num_threads(1)
+    model = make_model(
+        "TD3", "Pendulum-v1", seed=4, hyperparams=dict(policy_kwargs=dict(net_arch=[256, 256]))
+    )
+    assert block_circulant_(action_network(model)[0], 16).compressed
+    obs = np.random.default_rng(5).uniform(-1, 1, (6, 3)).astype(np.float32)
+    obs[:, 2] *= 8.0  # angular velocity in [-8, 8]
+    return model, obs
+
+
+@needs_tools
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_an_exported_compressed_actor_acts_on_the_m4_as_in_pytorch(pendulum_actor, precision, tmp_path):
+    from rlq.deploy import compile_policy, error_bound, write_c
+
+    model, obs = pendulum_actor
+    export = write_c(model, tmp_path / "c", precision=precision)
+    elf = cortex_m.build_cortex_m(export.folder, export.name, obs, tmp_path / "build")
+    actions, counts = cortex_m.run_qemu(elf)
+    expected, _ = model.predict(obs, deterministic=True)
+    if precision == "fp32":
+        np.testing.assert_allclose(actions, expected, rtol=0, atol=2e-5 * 2.0)
+    else:
+        reference = compile_policy(model, "int8", use_kernels=False)
+        _, bound = error_bound(model, reference, obs)
+        assert np.all(np.abs(actions - expected) <= bound + 2e-5)
+    assert counts.min() > 0
+    sizes = cortex_m.policy_object_sizes(export.folder, tmp_path / "obj", export.name)
+    assert export.weight_bytes <= sizes["flash"] < export.weight_bytes + 8192
+    if precision == "int8":  # the compressed 3-256-256-1 actor fits a 16 KB flash budget
+        assert sizes["flash"] <= 16 * 1024, sizes

@@ -146,9 +146,9 @@ def test_header_states_sizes_and_the_file_builds_strictly(models, tmp_path):
     assert "void pendulum_act(const float *obs, float *action);" in header
     source = export.source.read_text()
     assert "malloc" not in source and "#include <stdlib.h>" not in source
-    # float32: 3x64 and 64x1 weights with biases, 8x8 blocks of 8 DFT values with a bias, the four 8x8
+    # float32: 3x64 and 64x1 weights with biases, 8x8 blocks of 8 DFT values with a bias, the two 8x8
     # DFT tables, and the action scaling's scale, shift, low and high
-    expected = 4 * (3 * 64 + 64 + 64 * 8 + 64 + 64 * 1 + 1 + 4 * 64 + 4)
+    expected = 4 * (3 * 64 + 64 + 64 * 8 + 64 + 64 * 1 + 1 + 2 * 64 + 4)
     assert export.weight_bytes == expected
     load_c_policy(export)  # -std=c99 -Wall -Wextra -Werror -pedantic
 

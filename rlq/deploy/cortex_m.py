@@ -5,7 +5,8 @@ single-precision FPU, code memory at ``0x00000000``, RAM at ``0x20000000``, 4 Mi
 where ``arm-none-eabi-gcc`` (with newlib) and ``qemu-system-arm`` are installed: ``make export-tools``
 installs them on Debian.
 
-The C it takes is a directory holding ``policy.h`` and ``policy.c`` (C99, no malloc), which expose
+The C it takes is a directory holding ``NAME.h`` and ``NAME.c`` (C99, no malloc; what
+:func:`rlq.deploy.write_c` writes, ``NAME`` being its ``name``, ``policy`` by default), which expose
 ``void NAME_act(const float *obs, float *action)`` and define ``NAME_OBS_DIM`` and ``NAME_ACTION_DIM``.
 
 - :func:`build_cortex_m` writes a harness (the observations as a ``const float`` array, one call of
@@ -128,7 +129,7 @@ _HARNESS = """\
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
-#include "policy.h"
+#include "{name}.h"
 
 #define RLQ_STEPS {steps}
 
@@ -185,14 +186,14 @@ def _run_tool(args: list[str], what: str) -> str:
 
 
 def _read_dims(c_dir: Path, name: str) -> tuple[int, int]:
-    """The observation and action sizes ``policy.h`` defines for ``name``."""
-    header = (c_dir / "policy.h").read_text()
+    """The observation and action sizes ``NAME.h`` defines for ``name``."""
+    header = (c_dir / f"{name}.h").read_text()
     dims = []
     for what in ("OBS_DIM", "ACTION_DIM"):
         macro = f"{name.upper()}_{what}"
         found = re.search(rf"#\s*define\s+{macro}\s+\(?(\d+)\)?", header)
         if found is None:
-            raise ValueError(f"{c_dir / 'policy.h'} defines no {macro}")
+            raise ValueError(f"{c_dir / (name + '.h')} defines no {macro}")
         dims.append(int(found.group(1)))
     return dims[0], dims[1]
 
@@ -211,7 +212,7 @@ def build_cortex_m(c_dir: Path, name: str, observations: np.ndarray, out: Path) 
     """Cross-compile the policy in ``c_dir`` with a harness acting on ``observations`` into a Cortex-M4 ELF.
 
     Args:
-        c_dir: the directory holding ``policy.h`` and ``policy.c``.
+        c_dir: the directory holding ``NAME.h`` and ``NAME.c``.
         name: the C prefix of the policy's symbols (``policy`` for ``policy_act`` and ``POLICY_OBS_DIM``).
         observations: a finite ``(steps, obs_dim)`` array; each row is rounded to float32 and stored exactly
             (as hex-float literals) in the harness's flash.
@@ -223,7 +224,7 @@ def build_cortex_m(c_dir: Path, name: str, observations: np.ndarray, out: Path) 
     Raises:
         RuntimeError: the tools are absent (naming ``make export-tools``), or compiling or linking failed
             (with the compiler's first error line).
-        ValueError: ``name`` is not a C identifier, ``policy.h`` lacks the sizes, or the observations have
+        ValueError: ``name`` is not a C identifier, ``NAME.h`` lacks the sizes, or the observations have
             another width, no rows or a non-finite value.
     """
     _require_tools()
@@ -241,7 +242,7 @@ def build_cortex_m(c_dir: Path, name: str, observations: np.ndarray, out: Path) 
     (out / "startup.c").write_text(_STARTUP)
     (out / "cortex_m4.ld").write_text(_LINKER_SCRIPT)
     elf = out / f"{name}.elf"
-    sources = [str(out / "main.c"), str(out / "startup.c"), str(c_dir / "policy.c")]
+    sources = [str(out / "main.c"), str(out / "startup.c"), str(c_dir / f"{name}.c")]
     args = [
         CC,
         *CFLAGS,
@@ -254,7 +255,7 @@ def build_cortex_m(c_dir: Path, name: str, observations: np.ndarray, out: Path) 
         "-o",
         str(elf),
     ]
-    _run_tool(args, f"compiling {c_dir / 'policy.c'} for the Cortex-M4")
+    _run_tool(args, f"compiling {c_dir / (name + '.c')} for the Cortex-M4")
     return elf
 
 
@@ -271,20 +272,20 @@ def section_sizes(elf: Path) -> dict[str, int]:
     return {"text": text, "data": data, "bss": bss, "flash": text + data, "ram": data + bss}
 
 
-def policy_object_sizes(c_dir: Path, out: Path | None = None) -> dict[str, int]:
-    """Flash and RAM bytes of the policy alone: ``policy.c`` compiled to an object with the ELF's flags.
+def policy_object_sizes(c_dir: Path, out: Path | None = None, name: str = "policy") -> dict[str, int]:
+    """Flash and RAM bytes of the policy alone: ``NAME.c`` compiled to an object with the ELF's flags.
 
     ``flash`` sums the object's ``.text*``, ``.rodata*`` and ``.data*`` sections (code, weights, initial
     values), ``ram`` its ``.data*`` and ``.bss*``. The libm functions the policy calls (``tanhf``) are not
-    in the object; they count in :func:`section_sizes` of the ELF. ``out`` receives ``policy.o`` (by
+    in the object; they count in :func:`section_sizes` of the ELF. ``out`` receives ``NAME.o`` (by
     default ``c_dir``).
     """
     _require_tools()
     c_dir = Path(c_dir)
-    obj = Path(out or c_dir) / "policy.o"
+    obj = Path(out or c_dir) / f"{name}.o"
     obj.parent.mkdir(parents=True, exist_ok=True)
     _run_tool(
-        [CC, *CFLAGS, f"-I{c_dir}", "-c", str(c_dir / "policy.c"), "-o", str(obj)], f"compiling {c_dir}"
+        [CC, *CFLAGS, f"-I{c_dir}", "-c", str(c_dir / f"{name}.c"), "-o", str(obj)], f"compiling {c_dir}"
     )
     sizes = {"flash": 0, "ram": 0}
     for line in _run_tool([SIZE, "-A", str(obj)], f"reading the sizes of {obj}").splitlines():

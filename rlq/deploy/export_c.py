@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlq.deploy.formats import Affine, DenseF32, DenseI8, PackedOp, SparseI8
-from rlq.deploy.frequency import Circulant, kernel_tables
+from rlq.deploy.frequency import Circulant, dft_tables
 from rlq.deploy.runtime import CompiledPolicy, compile_policy
 
 KERNELS_FILE = Path(__file__).with_name("export_kernels.h")
@@ -111,12 +111,11 @@ class _Emitter:
         return "0" if values is None else self.array(key, values, ctype)
 
     def dft_tables(self, block_size: int) -> list[str]:
-        """Return the C names of the four DFT tables of ``block_size``, shared by every layer with that B."""
+        """Return the C names of the forward and inverse DFT tables of ``block_size``, shared by its layers."""
         if block_size not in self.tables:
-            keys = ("dft", "dft_swap", "idft_a", "idft_b")
             self.tables[block_size] = [
-                self.array(f"{key}{block_size}", table, "float")
-                for key, table in zip(keys, kernel_tables(block_size), strict=True)
+                self.array(f"{key}{block_size}", table.astype(np.float32), "float")
+                for key, table in zip(("dft", "idft"), dft_tables(block_size), strict=True)
             ]
         return self.tables[block_size]
 
@@ -175,10 +174,10 @@ def _emit_circulant(e: _Emitter, p: str, op: Circulant, bias: str, act: str, x: 
     if op.precision == "int8":
         e.uses.add("CODES")
         colsum = e.array(f"{p}_colsum", op.arrays["colsum"], "int32_t")
-    d, ds, ea, eb = e.dft_tables(op.block_size)
+    d, inverse = e.dft_tables(op.block_size)
     e.calls.append(
         f"rlq_circulant({op.blocks_out}, {op.blocks_in}, {op.block_size}, {kind}, {w}, {scale}, {colsum}, "
-        f"{d}, {ds}, {ea}, {eb}, {bias}, {act}, {x}, {y}, xf, xs, {'u' if colsum != '0' else '0'}, acc);"
+        f"{d}, {inverse}, {bias}, {act}, {x}, {y}, xf, xs, {'u' if colsum != '0' else '0'}, acc);"
     )
 
 

@@ -11,8 +11,9 @@
  *   exact int32 sum of code products, dequantized once: y = (sum - z * colsum) * (s * scale) + b.
  *   The sparse kernel reads only the kept R x K blocks of each block row (rowptr, col: block-CSR).
  * - rlq_circulant: a block-circulant layer as the half-complex real DFTs of its B-vectors (float32, int16 or
- *   int8 codes with one scale per block row and component): the input chunks' DFTs by a table, one
- *   multiply-add per stored value, the inverse DFT by two tables (see rlq/deploy/frequency.py).
+ *   int8 codes with one scale per block row and component): the input chunks' DFTs by a table, two
+ *   multiply-adds per stored value (the real and the swapped spectrum), the inverse DFT by a second table
+ *   (see rlq/deploy/frequency.py).
  * - rlq_affine: clip(x * scale + shift, low, high) per feature (SB3's action scaling).
  *
  * Rounding to codes is round-half-to-even (numpy's rint) by the float trick (v + 1.5 * 2^23) - 1.5 * 2^23,
@@ -142,29 +143,32 @@ static void rlq_sparse_i8(int n_in, int n_out, int R, int K, int block_rows, con
 #define RLQ_CIRC_I8 2
 
 /* P x Q blocks of size B; w (P, Q, B) half-complex DFTs: float, int16 or int8 codes (kind); scale (P, B) for
- * codes. d, ds: (B, B) input DFT tables, X = x d and Xs = x ds (Re and Im of bins 1..h-1 swapped); ea, eb:
- * (B, B) inverse tables, y = A ea + Bs eb. xf: Q*B floats, xs: Q*B floats, u: 2*Q*B bytes, acc: 2*B floats. */
+ * codes. d: (B, B) forward table, X = x d (half-complex); Xs is X with the real and imaginary parts of bins
+ * 1..h-1 swapped and bins 0 and h zero. Per output chunk the sums A = sum_j W_j X_j and Bs = sum_j W_j Xs_j
+ * give Re Y_k = A_k - A_{h+k} (A_0, A_h at bins 0 and h) and Im Y_k = Bs_k + Bs_{h+k}; e: (B, B) inverse
+ * table, y = Y e. Scratch: xf and xs Q*B floats, u 2*Q*B bytes (int8), acc 2*B floats. */
 static void rlq_circulant(int P, int Q, int B, int kind, const void *w, const float *scale,
-                          const int32_t *colsum, const float *d, const float *ds, const float *ea,
-                          const float *eb, const float *b, int activation, const float *x, float *y, float *xf,
-                          float *xs, uint8_t *u, float *acc) {
-    int i, j, c, n;
+                          const int32_t *colsum, const float *d, const float *e, const float *b,
+                          int activation, const float *x, float *y, float *xf, float *xs, uint8_t *u,
+                          float *acc) {
+    int i, j, c, n, h = B / 2;
     float s = 1.0f;
     int32_t z = 0;
     for (j = 0; j < Q; j++) {
         for (c = 0; c < B; c++) {
-            float v = 0.0f, vs = 0.0f;
-            for (n = 0; n < B; n++) {
-                v += x[j * B + n] * d[n * B + c];
-                vs += x[j * B + n] * ds[n * B + c];
-            }
+            float v = 0.0f;
+            for (n = 0; n < B; n++) v += x[j * B + n] * d[n * B + c];
             xf[j * B + c] = v;
-            xs[j * B + c] = vs;
+        }
+        xs[j * B] = 0.0f;
+        xs[j * B + h] = 0.0f;
+        for (c = 1; c < h; c++) {
+            xs[j * B + c] = xf[j * B + h + c];
+            xs[j * B + h + c] = xf[j * B + c];
         }
     }
 #ifdef RLQ_USES_CODES
     if (kind == RLQ_CIRC_I8) {
-        int h = B / 2;
         /* codes of X; those of Xs are X's, swapped, and z at bins 0 and h (where Xs is 0) */
         rlq_quantize_input(xf, Q * B, u, &s, &z);
         for (j = 0; j < Q; j++) {
@@ -209,15 +213,20 @@ static void rlq_circulant(int P, int Q, int B, int kind, const void *w, const fl
             acc[c] = a;
             acc[B + c] = bs;
         }
+        /* the output chunk's half-complex spectrum Y, in place of A */
+        for (c = 1; c < h; c++) {
+            float re = acc[c] - acc[h + c];
+            acc[h + c] = acc[B + c] + acc[B + h + c];
+            acc[c] = re;
+        }
         for (n = 0; n < B; n++) {
             float v = 0.0f;
-            for (c = 0; c < B; c++) v += acc[c] * ea[c * B + n] + acc[B + c] * eb[c * B + n];
+            for (c = 0; c < B; c++) v += acc[c] * e[c * B + n];
             y[i * B + n] = b ? v + b[i * B + n] : v;
         }
     }
     rlq_activate(y, P * B, activation);
 }
-
 #endif
 
 #ifdef RLQ_USES_AFFINE
