@@ -191,6 +191,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_returns_what_processes_return_and_reports_each_job(local_ray, tmp_path, monkeypatch):
     from rlq.core.progress import PROGRESS_FILE_ENV, ProgressReader
 
@@ -214,6 +215,7 @@ def test_ray_returns_what_processes_return_and_reports_each_job(local_ray, tmp_p
     assert sorted(e["id"] for e in ends) == sorted(ray_ids) and {e["status"] for e in ends} == {"ok"}
 
 
+@pytest.mark.slow
 def test_ray_keeps_the_others_when_a_job_fails_and_a_resume_runs_only_the_missing(local_ray, tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
@@ -278,6 +280,7 @@ def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
 # rlq run --resume: a notebook whose jobs save into <run folder>/jobs/ retries only the job that failed
 
 
+@pytest.mark.slow
 def test_rlq_run_resume_runs_only_the_jobs_without_a_saved_result(tmp_path):
     import json
     import subprocess

@@ -84,6 +84,7 @@ def test_report_takes_figures():
     assert not build_parser().parse_args(["report"]).figures
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("chromium") is None and os.environ.get("CI") != "true",
     reason="rendering PNGs needs Debian's chromium (apt install chromium; .ci/run installs it)",
