@@ -19,6 +19,7 @@ PAGES = [
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
+@pytest.mark.slow
 def test_the_readme_quickstart_runs(tmp_path):
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
