@@ -132,6 +132,33 @@ def test_bad_workers_name_the_problem(workers):
         run_jobs(divmod_job, [], workers=workers)
 
 
+def test_workers_run_a_function_made_at_run_time_as_a_notebook_cell_makes_one():
+    """A closure (as a function defined in a notebook or in ``__main__``) cannot be pickled by reference, so
+    worker processes get it by value, and the job's own function-valued arguments with it."""
+    import pickle
+    import threading
+
+    offset = 100  # a local the closure carries into the workers
+
+    def shifted_divmod(a: int, b: int, then=lambda q: q) -> tuple[int, tuple[int, int]]:
+        import os as _os
+
+        quotient, remainder = divmod(a + offset, b)
+        return _os.getpid(), (then(quotient), remainder)
+
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # what plain pickle makes of it
+        pickle.dumps(shifted_divmod)
+    jobs = [{"a": n, "b": 7} for n in range(3)] + [{"a": 3, "b": 7, "then": lambda q: -q}]
+    results = run_jobs(shifted_divmod, jobs, workers=2)
+    assert [r[1] for r in results] == [divmod(n + 100, 7) for n in range(3)] + [(-14, 5)]
+    assert results.workers == 2 and all(pid != os.getpid() for pid, _ in results)
+    # a job that cannot be sent at all (a lock) fails alone, named by its error; the others still run
+    kept = run_jobs(shifted_divmod, [{"a": 1, "b": 7}, {"a": 2, "b": 7, "then": threading.Lock()}], workers=2,
+                    on_error="keep")  # fmt: skip
+    assert kept[0][1] == (14, 3) and kept[1] is None
+    assert [f.index for f in kept.failures] == [1] and "lock" in kept.failures[0].error
+
+
 def divmod_job(a: int, b: int) -> tuple[int, int]:
     return divmod(a, b)
 
