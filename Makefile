@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAB_OVERRIDES := tools/jupyterlab/overrides.json
 
-.PHONY: venv reproduce test lint clean-venv football export-tools
+.PHONY: venv reproduce test test-fast lint clean-venv football export-tools
 
 venv: $(STAMP)
 
@@ -37,6 +37,10 @@ export-tools:
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the tests not marked slow (no notebook, rlq-command, Ray or browser runs): minutes, for the edit-test loop
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlq tests benchmarks

@@ -240,6 +240,7 @@ def _ray_children() -> list:
     return found
 
 
+@pytest.mark.slow
 def test_ray_started_by_train_is_shut_down_on_interrupt():
     """Runs before the module's Ray fixture: train() starts its own Ray and must leave nothing of it."""
     ray = pytest.importorskip("ray")
@@ -291,6 +292,7 @@ def kill_and_await_restart(ray, handle) -> tuple[int, int | None]:
     return old, None
 
 
+@pytest.mark.slow
 def test_ray_end_to_end_with_actor_restart(ray_session):
     ray = ray_session
     pids: list[tuple[int, int | None]] = []
@@ -313,6 +315,7 @@ def test_ray_end_to_end_with_actor_restart(ray_session):
         ray.get(handle.ping.remote(), timeout=30)
 
 
+@pytest.mark.slow
 def test_ray_counts_every_actor_death_once_and_reports_each_actors_share(ray_session):
     """An actor killed early is counted once, though the loop and Ray's records both know of it; one killed at the
     run's last step, after which the loop hears from no actor, used to go uncounted (its death was noticed only

@@ -26,6 +26,8 @@ import pytest
 
 from rlq.faces.widgets import STATUS_CLASS, TunerSettings
 
+pytestmark = pytest.mark.slow  # a JupyterLab server and headless Chromium
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "sparsity_tuner.ipynb"

@@ -37,6 +37,7 @@ def test_params_shows_types_defaults_comments(tiny_notebooks):
     assert "preset quick [5 s]: x=2" in result.stdout
 
 
+@pytest.mark.slow
 def test_run_creates_run_folder_with_params_notebook_results(tiny_notebooks, tmp_path):
     out = tmp_path / "out"
     result = run_cli(
@@ -59,6 +60,7 @@ def test_run_creates_run_folder_with_params_notebook_results(tiny_notebooks, tmp
     assert len(stamp) == 16 and stamp.endswith("Z") and len(short_id) == 6
 
 
+@pytest.mark.slow
 def test_failed_run_keeps_folder_with_error_and_exits_nonzero(tiny_notebooks, tmp_path):
     out = tmp_path / "out"
     result = run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out))
@@ -72,6 +74,7 @@ def test_failed_run_keeps_folder_with_error_and_exits_nonzero(tiny_notebooks, tm
     assert (run_dir / "output.ipynb").exists()
 
 
+@pytest.mark.slow
 def test_resume_reruns_failed_folder_and_archives_previous_attempt(tiny_notebooks, tmp_path):
     out = tmp_path / "out"
     assert run_cli("run", "tiny", "-p", "fail", "true", "--out", str(out)).returncode == 1
@@ -129,6 +132,7 @@ def test_bad_input_message_lists_the_choices(tiny_notebooks):
     assert "known experiments: tiny" in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_optional_module_refuses_run_and_reproduce_skips_it(tiny_notebooks, tmp_path):
     write_tiny_notebook(tiny_notebooks, "needs_module", requires={"rlq_no_such_module": "run `make nothing`"})
     out = tmp_path / "out"
@@ -142,6 +146,7 @@ def test_missing_optional_module_refuses_run_and_reproduce_skips_it(tiny_noteboo
     assert [p.name for p in out.iterdir()] == ["tiny"]  # no run folder for the skipped experiment
 
 
+@pytest.mark.slow
 def test_a_run_folder_has_one_writer_at_a_time(tiny_notebooks, tmp_path):
     """While a process holds a run folder, a second resume exits 2 naming the holder and changes nothing."""
     import os
@@ -170,6 +175,7 @@ def test_reproduce_with_an_unknown_preset_is_bad_input():
     assert "quick" in result.stderr  # the presets there are
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "edit, message",
     [
@@ -221,6 +227,7 @@ def test_report_out_may_name_a_folder(tmp_path):
     assert "<html" in (folder / "report.html").read_text().lower() and (folder / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_failed_reattempt_does_not_keep_the_previous_attempts_numbers(tiny_notebooks, tmp_path):
     from pathlib import Path
 

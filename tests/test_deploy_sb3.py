@@ -107,6 +107,7 @@ def test_sb3_errors_name_what_is_unsupported():
         compile_policy(model)
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_quickly_and_prints_its_table():
     pytest.importorskip("onnxruntime")
     pytest.importorskip("mujoco")

@@ -227,7 +227,7 @@ def test_normalize_method_names_maps_every_legacy_name_in_params_and_leaves_toda
 
 
 def test_train_and_evaluate_evaluates_stochastically_when_asked(tmp_path):
-    """eval_deterministic reaches the evaluation (it was once accepted and dropped: issue 14)."""
+    """eval_deterministic=False reaches the evaluation, which then samples its actions."""
     from rlq.experiments.gst.training_runs import train_and_evaluate
 
     common = dict(

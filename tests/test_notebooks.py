@@ -254,6 +254,7 @@ def not_finite(value) -> bool:
         return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_at_quick_preset(name, tmp_path):
     assert name in HEADLINE_KEYS, f"{name}: declare its numeric headline keys in HEADLINE_KEYS"

@@ -132,6 +132,33 @@ def test_bad_workers_name_the_problem(workers):
         run_jobs(divmod_job, [], workers=workers)
 
 
+def test_workers_run_a_function_made_at_run_time_as_a_notebook_cell_makes_one():
+    """A closure (as a function defined in a notebook or in ``__main__``) cannot be pickled by reference, so
+    worker processes get it by value, and the job's own function-valued arguments with it."""
+    import pickle
+    import threading
+
+    offset = 100  # a local the closure carries into the workers
+
+    def shifted_divmod(a: int, b: int, then=lambda q: q) -> tuple[int, tuple[int, int]]:
+        import os as _os
+
+        quotient, remainder = divmod(a + offset, b)
+        return _os.getpid(), (then(quotient), remainder)
+
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # what plain pickle makes of it
+        pickle.dumps(shifted_divmod)
+    jobs = [{"a": n, "b": 7} for n in range(3)] + [{"a": 3, "b": 7, "then": lambda q: -q}]
+    results = run_jobs(shifted_divmod, jobs, workers=2)
+    assert [r[1] for r in results] == [divmod(n + 100, 7) for n in range(3)] + [(-14, 5)]
+    assert results.workers == 2 and all(pid != os.getpid() for pid, _ in results)
+    # a job that cannot be sent at all (a lock) fails alone, named by its error; the others still run
+    kept = run_jobs(shifted_divmod, [{"a": 1, "b": 7}, {"a": 2, "b": 7, "then": threading.Lock()}], workers=2,
+                    on_error="keep")  # fmt: skip
+    assert kept[0][1] == (14, 3) and kept[1] is None
+    assert [f.index for f in kept.failures] == [1] and "lock" in kept.failures[0].error
+
+
 def divmod_job(a: int, b: int) -> tuple[int, int]:
     return divmod(a, b)
 
@@ -191,6 +218,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_returns_what_processes_return_and_reports_each_job(local_ray, tmp_path, monkeypatch):
     from rlq.core.progress import PROGRESS_FILE_ENV, ProgressReader
 
@@ -214,6 +242,7 @@ def test_ray_returns_what_processes_return_and_reports_each_job(local_ray, tmp_p
     assert sorted(e["id"] for e in ends) == sorted(ray_ids) and {e["status"] for e in ends} == {"ok"}
 
 
+@pytest.mark.slow
 def test_ray_keeps_the_others_when_a_job_fails_and_a_resume_runs_only_the_missing(local_ray, tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
@@ -278,6 +307,7 @@ def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
 # rlq run --resume: a notebook whose jobs save into <run folder>/jobs/ retries only the job that failed
 
 
+@pytest.mark.slow
 def test_rlq_run_resume_runs_only_the_jobs_without_a_saved_result(tmp_path):
     import json
     import subprocess

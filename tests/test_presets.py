@@ -56,6 +56,7 @@ def test_apply_preset_keeps_injected_values_and_rejects_unknown_presets():
         apply_preset(namespace, PRESETS, "medium", history=[])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "parameters, expected",
     [

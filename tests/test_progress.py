@@ -213,6 +213,7 @@ def write_jobs_notebook(folder) -> None:
     nbformat.write(nb, folder / "jobs.ipynb")
 
 
+@pytest.mark.slow
 def test_rlq_run_prints_a_line_per_job_before_the_notebook_finishes(tmp_path):
     folder = tmp_path / "notebooks"
     folder.mkdir()

@@ -238,6 +238,7 @@ def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     )
 
 
+@pytest.mark.slow
 def test_killed_run_is_interrupted_not_running(tmp_path):
     """One run serves three checks (a kernel start costs 15-20 s): live, resume refused, killed."""
     proc, run_dir = _start_run(tmp_path)
@@ -262,6 +263,7 @@ def test_killed_run_is_interrupted_not_running(tmp_path):
     assert [r.status for r in records] == ["interrupted"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_stop_a_run_like_ctrl_c(tmp_path, signum):
     proc, run_dir = _start_run(tmp_path)  # SIGHUP is what a closed terminal sends
@@ -296,6 +298,7 @@ def test_damaged_json_names_the_file_and_what_to_do(tmp_path):
         read_json(path)
 
 
+@pytest.mark.slow
 def test_resuming_a_read_only_run_folder_exits_2_with_one_line_and_writes_nothing(tiny_notebooks, tmp_path):
     """Read-only by its mode bits, which root (whom no permission stops) is held to as well."""
     out = tmp_path / "runs"
@@ -346,6 +349,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(disk)], check=False)
 
 
+@pytest.mark.slow
 def test_a_disk_filling_up_mid_run_leaves_it_failed_with_the_error(tmp_path, small_disk):
     folder = tmp_path / "notebooks"
     folder.mkdir()

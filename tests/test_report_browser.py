@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from test_browser import CHROMIUM, CHROMIUM_ARGS, _needs_browser
 from test_report import ABSOLUTE_PATH, synthetic_runs
 
 from rlq.faces.report import build_report, claims_table, collect_runs
 from rlq.faces.report_figures import plotted_rows
+
+pytestmark = pytest.mark.slow  # headless Chromium
 
 WIDTH, HEIGHT = 1280, 800
 

@@ -112,6 +112,7 @@ def test_plan_reuse_refuses_another_experiment_an_unfinished_run_and_a_run_given
         plan_reuse([tmp_path], "gst_td3_mujoco", _params())
 
 
+@pytest.mark.slow
 def test_a_run_with_more_seeds_loads_the_reused_runs_instead_of_training_them(tmp_path):
     small = [("methods", '["dense", "gst"]'), ("total_timesteps", "400")]
     first = run_experiment("gst_td3_mujoco", "quick", small, tmp_path / "runs", progress=False)

@@ -251,6 +251,7 @@ def test_a_publish_killed_at_any_step_loses_no_committed_file_and_the_next_publi
             assert _folder(target) == committed and str(target) in caplog.text
 
 
+@pytest.mark.slow
 def test_a_jupyterlab_run_folder_holds_its_parameters_and_the_cli_lists_and_resumes_it(
     tiny_notebooks, tmp_path
 ):

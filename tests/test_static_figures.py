@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -25,6 +26,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RUNS = committed_runs(RESULTS)
 
 
+@functools.cache
+def figures_of(experiment: str, preset: str) -> tuple:
+    """Return ``committed_figures`` of one committed run, built once for this module (quarl_actorq's convergence
+    figure bootstraps 80 intervals: about 25 s on 2 cores)."""
+    return tuple(committed_figures(experiment, preset, RESULTS))
+
+
 def test_every_committed_run_has_a_figure_builder():
     folders = {path.parent for path in RESULTS.glob("*/*/results.json")}
     assert folders, "no committed run under data/results"
@@ -38,7 +46,7 @@ def test_every_committed_run_has_a_figure_builder():
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: f"{r.experiment}/{r.preset}")
 def test_each_builder_returns_plotly_figures_on_the_committed_tables(run):
-    figures = committed_figures(run.experiment, run.preset, RESULTS)
+    figures = figures_of(run.experiment, run.preset)
     assert 1 <= len(figures) <= 3
     names = [name for name, _ in figures]
     assert len(set(names)) == len(names), names
@@ -52,7 +60,7 @@ def test_each_builder_returns_plotly_figures_on_the_committed_tables(run):
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: f"{r.experiment}/{r.preset}")
 def test_each_committed_figure_is_rendered_and_shown_in_the_results_page(run):
     page = (ROOT / "docs" / "results.md").read_text()
-    for name, _ in committed_figures(run.experiment, run.preset, RESULTS):
+    for name, _ in figures_of(run.experiment, run.preset):
         png = run.folder / f"{name}.png"
         assert png.is_file(), f"{png.relative_to(ROOT)} is missing: run `rlq report --figures` and commit it"
         assert png.read_bytes().startswith(PNG_SIGNATURE)
@@ -84,6 +92,7 @@ def test_report_takes_figures():
     assert not build_parser().parse_args(["report"]).figures
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("chromium") is None and os.environ.get("CI") != "true",
     reason="rendering PNGs needs Debian's chromium (apt install chromium; .ci/run installs it)",
@@ -118,7 +127,7 @@ def test_each_claim_family_has_a_forest_plot_in_the_claims_page():
 
 
 def test_the_convergence_figure_names_the_tasks_it_draws():
-    figures = dict(committed_figures("quarl_actorq", "convergence", RESULTS))
+    figures = dict(figures_of("quarl_actorq", "convergence"))
     runs = pd.read_csv(RESULTS / "quarl_actorq" / "convergence" / "convergence_runs.csv")
     title = figures["convergence"].layout.title.text
     for task in runs["task"].unique():

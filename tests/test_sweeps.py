@@ -26,6 +26,7 @@ def test_values_split_at_top_level_commas_only():
     assert split_values('[1, 2],[3],"a,b"') == ["[1, 2]", "[3]", '"a,b"']
 
 
+@pytest.mark.slow
 def test_a_sweep_runs_every_point_into_its_own_run_folder_with_a_summary(tiny_notebooks, tmp_path):
     path = create_sweep(
         "tiny", ["x=1,4", "sizes=[1],[1, 2, 3]"], preset="quick", overrides=[("scale", "2.0")], out=tmp_path
@@ -55,6 +56,7 @@ def test_a_sweep_runs_every_point_into_its_own_run_folder_with_a_summary(tiny_no
     assert {(r.experiment, r.preset, r.status) for r in records} == {("tiny", "quick", "ok")}
 
 
+@pytest.mark.slow
 def test_an_interrupted_sweep_resumes_only_the_points_without_a_finished_run(tiny_notebooks, tmp_path):
     path = create_sweep("tiny", ["x=1,2,3,4"], out=tmp_path)
 
@@ -77,6 +79,7 @@ def test_an_interrupted_sweep_resumes_only_the_points_without_a_finished_run(tin
     assert pd.read_csv(path / SUMMARY_FILE)["total"].tolist() == [0.5, 1.0, 1.5, 2.0]
 
 
+@pytest.mark.slow
 def test_a_failed_point_does_not_stop_the_others_and_is_run_again_on_resume(tiny_notebooks, tmp_path):
     path = create_sweep("tiny", ["fail=true,false"], out=tmp_path)
     sweep = resume_sweep(path, max_parallel=2)
@@ -88,6 +91,7 @@ def test_a_failed_point_does_not_stop_the_others_and_is_run_again_on_resume(tiny
     assert [p["index"] for p in ran] == [0] and (failed_run / "attempts" / "1").is_dir()
 
 
+@pytest.mark.slow
 def test_seed_in_the_grid_adds_intervals_over_seeds(tiny_notebooks, tmp_path, monkeypatch):
     from conftest import write_tiny_notebook
 
@@ -147,6 +151,7 @@ def test_rlq_sweep_bad_input_exits_2_with_no_folder(tiny_notebooks, tmp_path, ar
     assert message in done.stderr and not out.exists()
 
 
+@pytest.mark.slow
 def test_rlq_sweep_runs_and_resumes_from_the_command_line(tiny_notebooks, tmp_path):
     out = tmp_path / "out"
     env = {"RLQ_NOTEBOOKS": str(tiny_notebooks)}
@@ -162,6 +167,7 @@ def test_rlq_sweep_runs_and_resumes_from_the_command_line(tiny_notebooks, tmp_pa
     assert run_cli("sweep", "--resume", str(path), "tiny", env=env).returncode == 2
 
 
+@pytest.mark.slow
 def test_a_sweep_on_ray_writes_every_point_and_leaves_no_ray_behind(tiny_notebooks, tmp_path, monkeypatch):
     """The one Ray test here: a local Ray of 2 CPUs started by the sweep, shut down at its end."""
     ray = pytest.importorskip("ray")
@@ -187,6 +193,7 @@ def test_a_grid_above_the_limit_is_refused_naming_its_size_before_any_folder(tin
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_sweep_whose_point_folders_were_deleted_runs_them_again(tiny_notebooks, tmp_path):
     import shutil
 

@@ -164,8 +164,8 @@ def ray_init_kwargs(num_cpus: int | None = None, address: str | None = None) -> 
 def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iterator[Any]:
     """Yield the ``ray`` module with Ray running: started here unless it already runs, and then shut down on exit.
 
-    Several :func:`rlq.actorq.train` calls inside one session share its Ray instance (Ray's start-up,
-    12-15 s here, is paid once).
+    Several :func:`rlq.actorq.train` calls inside one ``with ray_session()`` block share its Ray instance
+    (Ray's start-up, 12-15 s here, is paid once).
     """
     import ray
 

@@ -61,7 +61,7 @@ class GSTConfig:
     """Pruning scope: ``"layer"`` or ``"global"``."""
     target: str = "compression"
     """What the reward-aware target is: each layer's ``"compression"`` in every phase (capped by
-    ``max_sparsity``) or the ``"stored"`` values' sparsity (earlier rlq; over-compresses while block-circulant)."""
+    ``max_sparsity``) or the ``"stored"`` values' sparsity (the ablation's ``gst_none``; over-compresses while block-circulant)."""
     bc_init: str = "scaled"
     """B-vectors at the start: ``"scaled"`` (projection with the init's Frobenius norm) or ``"projection"``."""
     optimizer_reset: str = "changed"

@@ -21,10 +21,10 @@ at its own updates (:meth:`RewardAwareSparsity.update`, every ``prune_every`` st
   drop only holds it. The reference was reached at that target, so going lower has no evidence behind it;
   without this floor a reward that never regains its reference (a lucky window before the rise, a
   non-stationary return) would strip every earlier, harmless rise as well, down to ``min_sparsity``.
-- ``"windowed"``: the rule of earlier rlq versions, kept for the ablation that measures what the episodes
-  rule changes. At every update the mean of the last ``input_window`` scores is one input; the mean of the
-  last ``window`` inputs is compared with the best such mean so far. It cannot see a drop at the timescale
-  of its own changes when several updates fall within one episode (the inputs barely move between
+- ``"windowed"``: the ablation's rule without the episodes fix (``gst_none``), kept to measure what the
+  episodes rule changes. At every update the mean of the last ``input_window`` scores is one input; the mean
+  of the last ``window`` inputs is compared with the best such mean so far. It cannot see a drop at the
+  timescale of its own changes when several updates fall within one episode (the inputs barely move between
   updates), and its first reference may be a random warm-up policy's.
 """
 
@@ -73,8 +73,7 @@ class RewardAwareConfig:
     cooldown: int = 2
     """``"windowed"`` only: updates after a back-off during which the target is held whatever the reward."""
     input_window: int = 10
-    """``"windowed"`` only: latest scores averaged into each update's input (earlier rlq: the callback's
-    ``reward_window``)."""
+    """``"windowed"`` only: latest scores averaged into each update's input."""
     trend_ratio: float = 0.0
     """Trend guard (OUR DESIGN), 0 switches it off: the target also holds while the reward rises more
     slowly than ``trend_ratio`` times it rose before pruning began (0.3-0.7). Pruning that slows a

@@ -3,8 +3,8 @@
 ``rlq run NAME --preset P -p seeds '[0, 1, 2, 3, 4]' --reuse FOLDER`` puts the finished training runs of
 ``FOLDER`` into the new run folder's job store (``jobs/``) before the notebook starts; the notebook then loads
 them as it loads a resumed run's and trains only the others. ``--retrain method=gst,seed=2`` leaves the runs
-it names out of every source, so the new run trains them again (e.g. one run made with a since-mended
-rule) and keeps the rest. ``FOLDER`` is a run folder (its saved job
+it names out of every source, so the new run trains them again (e.g. one run made with a rule the
+code no longer follows) and keeps the rest. ``FOLDER`` is a run folder (its saved job
 results are copied) or a published one under ``data/results/`` (each run is rebuilt from the published
 tables: ``summary``, ``history``, ``curve`` and ``events``, one row group per run). Only experiments whose
 jobs train through :func:`rlq.experiments.gst.train_and_evaluate_all` keep their runs this way.

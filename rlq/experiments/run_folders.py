@@ -250,7 +250,7 @@ def run_state(path: str | Path, results: dict[str, Any] | None = None, now: floa
 
     A run is live when its runner's process exists on this host (and its heartbeat is fresh), or, on
     another host, when its heartbeat is younger than ``STALE_AFTER_SECONDS``. A ``running`` run with no
-    ``runner.json`` (killed before its first heartbeat, or made by an older rlq) counts as interrupted.
+    ``runner.json`` (killed before its first heartbeat, or by a runner that writes none) counts as interrupted.
     """
     path = Path(path)
     results = read_json(path / RESULTS_FILE) if results is None else results

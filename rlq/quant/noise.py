@@ -4,7 +4,7 @@ Rounding a weight to a grid of step ``Δ`` moves it by at most ``Δ/2``; for wei
 that error is close to uniform on ``[-Δ/2, Δ/2]``. :func:`perturb_weights` adds independent draws of exactly
 that noise, with the ``Δ`` :func:`rlq.quant.ptq` would use at the same bit width, to the same layers. A
 policy that fails under the noise as often as under quantization is fragile, not badly quantized (the
-control QuaRL's bit sweep lacks; issue 14 of this project).
+control QuaRL's bit sweep lacks).
 """
 
 from __future__ import annotations

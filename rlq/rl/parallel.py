@@ -23,10 +23,11 @@ A job that raises does not stop the others. ``on_error="raise"`` (default) re-ra
 once every job has ended (the others' results are saved by then); ``on_error="keep"`` returns ``None`` in
 its place and lists it in the returned :class:`JobResults`' ``failures``.
 
-Each job must set its own thread count (``torch_threads``) and write into its own folder; functions, jobs
-and results must be picklable. Every job reports its start and end as progress events
-(:mod:`rlq.core.progress`), Ray tasks included, so ``rlq run`` and JupyterLab show a bar over the jobs
-(finished, failed, running) and a bar per running training.
+Each job must set its own thread count (``torch_threads``) and write into its own folder. Worker processes
+get the function and its job by value (cloudpickle), so a function defined in a notebook, in ``__main__`` or
+inside another function runs there too; results must be picklable. Every job reports its start and end as
+progress events (:mod:`rlq.core.progress`), Ray tasks included, so ``rlq run`` and JupyterLab show a bar
+over the jobs (finished, failed, running) and a bar per running training.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+import cloudpickle
 
 from rlq.core import progress
 from rlq.core.validation import check_positive_int
@@ -301,9 +304,14 @@ def _run_in_processes(batch: _Batch, pending: list[int], workers: int) -> None:
             initargs=(os.getpid(),),
         ) as pool,
     ):
-        futures = {
-            pool.submit(run_job, batch.func, batch.ids[i], batch.labels[i], batch.jobs[i]): i for i in pending
-        }
+        futures: dict[Future, int] = {}
+        for i in pending:
+            try:
+                payload = cloudpickle.dumps((batch.func, batch.ids[i], batch.labels[i], batch.jobs[i]))
+            except Exception as exc:  # this job cannot travel; the others still run
+                batch.failed(i, exc, crashed=True)
+            else:
+                futures[pool.submit(_run_pickled_job, payload)] = i
         try:
             waiting: set[Future] = set(futures)
             while waiting:
@@ -410,9 +418,7 @@ def _run_on_ray(
         with progress.relay_to_this_process() as poll:
             env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
             if not resources["num_gpus"]:
-                env["CUDA_VISIBLE_DEVICES"] = (
-                    ""  # Ray 2.60 leaves a task that asked for no GPU seeing them all
-                )
+                env["CUDA_VISIBLE_DEVICES"] = ""  # Ray 2.60 leaves a task that asked for no GPU seeing all
             queue = list(pending)
             while queue or inflight:
                 while queue and len(inflight) < workers:
@@ -481,6 +487,11 @@ def _ray_task(
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _run_pickled_job(payload: bytes) -> Any:
+    """Return :func:`run_job` of the ``(func, job_id, label, job)`` that ``payload`` (cloudpickle) holds."""
+    return run_job(*cloudpickle.loads(payload))
 
 
 def run_job(func: Callable[..., T], job_id: str, label: str, job: dict[str, Any]) -> T:

@@ -77,7 +77,7 @@ class GSTCallback(CompressionCallback):
       every finished episode's return.
     - ``target``, ``bc_init``, ``optimizer_reset``: what the target means, the B-vectors at the start and
       which optimizer state a structural change drops (defaults: ``"compression"``, ``"scaled"``,
-      ``"changed"``; the other values restore earlier rlq behaviour, for ablations).
+      ``"changed"``; the other values are the ablation's settings without its fixes).
     - ``skip_first_last``, ``scope``: which layers, and per-layer or global magnitude ranking.
 
     ``networks`` is chosen by the callback from the SB3 policy (leave it at its default). Other knobs:

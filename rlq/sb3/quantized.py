@@ -170,7 +170,7 @@ def quantized_policy(
 
     ``backend``: ``"torch"`` (eager PyTorch) or ``"onnx"`` (ONNX Runtime with ``threads`` threads; precision
     ``"fp32"`` or ``"int8"``; the model file is written to ``onnx_path`` when given, else to a temporary
-    folder that is removed once the session has loaded it).
+    folder that is removed once ONNX Runtime has loaded it).
     """
     policy = policy_of(model_or_policy)
     network, kind = action_network(policy)

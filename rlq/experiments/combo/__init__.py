@@ -1,4 +1,4 @@
-"""Sparse and low-bit together (issue 16, ``combo_sparse_quant``): GST, gradual pruning, PTQ int8 and QAT composed on TD3.
+"""Sparse and low-bit together (``combo_sparse_quant``): GST, gradual pruning, PTQ int8 and QAT composed on TD3.
 
 In the order the notebook calls it:
 

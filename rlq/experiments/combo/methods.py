@@ -129,7 +129,7 @@ class DeployedActor:
     session: Any
     """The :class:`rlq.quant.OnnxPolicy` (timed by :func:`measure_side_by_side`)."""
     policy: Any
-    """A :class:`rlq.sb3.quantized.QuantizedPolicy` around the session, with SB3's ``predict``."""
+    """A :class:`rlq.sb3.quantized.QuantizedPolicy` around the ONNX Runtime session, with SB3's ``predict``."""
 
 
 def example_observation(model: Any, seed: int = 0) -> Any:
@@ -202,11 +202,11 @@ def measure_side_by_side(
     rounds: int = 5,
     warmup: int = 20,
 ) -> dict[str, dict[str, float]]:
-    """Return ``{name: {"median_us", "p90_us"}}`` of each session on ``x``, timed in interleaved rounds.
+    """Return ``{name: {"median_us", "p90_us"}}`` of each callable on ``x``, timed in interleaved rounds.
 
-    Each round times every session one after the other with :func:`rlq.quant.latency.measure_latency`
+    Each round times every callable one after the other with :func:`rlq.quant.latency.measure_latency`
     (``warmup`` untimed calls, then ``repeats`` timed ones), for ``rounds`` rounds, so that drift in machine
-    load falls on all sessions alike; the result is the median over rounds of each round's median and 90th
+    load falls on all of them alike; the result is the median over rounds of each round's median and 90th
     percentile. Only meaningful on a quiet machine: report ``uptime`` with the numbers.
     """
     from rlq.core.validation import check_positive_int
@@ -262,7 +262,7 @@ def deploy_and_measure(  # noqa: PLR0913
 
 
 LATENCY_INPUT = "latency_input.npy"
-"""The batch-1 observation a deployed folder's sessions are timed on (written by :func:`deploy_and_measure`)."""
+"""The batch-1 observation a deployed folder's ONNX Runtime sessions are timed on (written by :func:`deploy_and_measure`)."""
 
 
 def latency_columns(timings: dict[str, dict[str, float]], method: str) -> dict[str, float]:

@@ -22,7 +22,7 @@ EARLIER_GST = {
     "optimizer_reset": "all",
     "sparsity": {"rule": "windowed", "backoff": 0.0},
 }
-"""The GST settings of earlier rlq versions, each one of four design defects behind its reward loss: a target
+"""The GST settings without the four fixes (``gst_none``), each a design defect behind a reward loss: a target
 on the B-vectors that over-compresses before the hand-over, a controller fed a windowed mean that cannot see
 a drop at the timescale of its own changes (it never backed off: ``backoff`` 0), every optimizer state
 dropped at each structural change, and a projection that shrinks the fresh initialisation by about sqrt(B)."""
