@@ -54,11 +54,17 @@ static void rlq_activate(float *y, int n, int activation) {
 #ifdef RLQ_USES_DENSE_F32
 static void rlq_dense_f32(int n_in, int n_out, const float *w, const float *b, int activation,
                           const float *x, float *y) {
-    int o, i;
+    int o, i, k;
     for (o = 0; o < n_out; o++) {
+        /* eight partial sums, added in a fixed tree: a compiler may keep them in one vector register
+         * without reordering any float addition */
         const float *row = w + (long)o * n_in;
-        float acc = 0.0f;
-        for (i = 0; i < n_in; i++) acc += row[i] * x[i];
+        float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, acc;
+        for (i = 0; i + 8 <= n_in; i += 8) {
+            for (k = 0; k < 8; k++) part[k] += row[i + k] * x[i + k];
+        }
+        acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        for (; i < n_in; i++) acc += row[i] * x[i];
         y[o] = b ? acc + b[o] : acc;
     }
     rlq_activate(y, n_out, activation);
