@@ -55,8 +55,8 @@ def stated_wall_times(text: str, presets: set[str]) -> list[str]:
 
     A place is a table with a wall-time column or a column named after a preset, a table row of a preset that
     holds a duration, or prose that gives a preset a duration (`` `quick` (about 30 s)``, ``the `medium` preset
-    takes about 20 min``, ``preset `paper` in 3 h``). A command (``--preset medium``) and a run's own measured
-    time (``the committed `medium` run took 42 min``) are not a preset's wall time.
+    takes about 20 min``, ``preset `paper` in 3 h``). A command (``--preset medium ... in 113 min``) and a run's own
+    measured time (``a full `medium` run (3 seeds; 42 min)``) are not a preset's wall time.
     """
     names = "|".join(map(re.escape, sorted(presets, key=len, reverse=True)))
     mention = rf"(?:`(?:{names})`(?:\s+preset)?|\b(?:{names})\s+preset\b|(?<!-)\bpreset\s+`?(?:{names})\b`?)"
