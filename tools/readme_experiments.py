@@ -1,0 +1,85 @@
+"""Write README.md's experiments table from the notebook registry.
+
+    python tools/readme_experiments.py            # rewrites the table in README.md
+    python tools/readme_experiments.py --check    # exit 1 when README.md's table is not what the registry says
+
+Each row is one experiment notebook (``rlq.experiments.registry.list_experiments``): its name, its description
+(the first line of its first markdown cell) and its ``quick`` preset's wall time from ``PRESET_WALL_TIMES``.
+The table sits between :data:`BEGIN` and :data:`END`; nothing else in README.md is touched.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlq.experiments.registry import Experiment
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BEGIN = (
+    "<!-- generated from each notebook's first line and PRESET_WALL_TIMES by "
+    "`python tools/readme_experiments.py`; regenerate, do not edit -->"
+)
+END = "<!-- end of generated experiments table -->"
+
+
+class MarkersError(ValueError):
+    """The text has not exactly one :data:`BEGIN` followed by one :data:`END`."""
+
+
+def table(experiments: Iterable[Experiment]) -> str:
+    """Return the Markdown table of ``experiments``: each one's name, description and quick preset's wall time."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = ["| notebook | what it is | quick |", "|---|---|---|"]
+    rows += [
+        f"| `{exp.name}` | {cell(exp.description)} | {cell(exp.wall_times.get('quick', '-'))} |"
+        for exp in experiments
+    ]
+    return "\n".join(rows)
+
+
+def splice(text: str, generated: str) -> str:
+    """Return ``text`` with what lies between its :data:`BEGIN` and :data:`END` lines replaced by ``generated``."""
+    lines = text.split("\n")
+    begins = [i for i, line in enumerate(lines) if line.strip() == BEGIN]
+    ends = [i for i, line in enumerate(lines) if line.strip() == END]
+    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
+        raise MarkersError(
+            f"expected one {BEGIN!r} line followed by one {END!r} line; found {len(begins)} and {len(ends)}"
+        )
+    return "\n".join([*lines[: begins[0] + 1], generated, *lines[ends[0] :]])
+
+
+def render(readme_text: str, notebooks: str | Path | None = None) -> str:
+    """Return ``readme_text`` with its experiments table generated from the notebooks in ``notebooks``
+    (default: the repository's ``notebooks/``)."""
+    from rlq.experiments.registry import list_experiments
+
+    return splice(readme_text, table(list_experiments(notebooks)))
+
+
+def main(argv: list[str]) -> int:
+    """Rewrite README.md's experiments table, or with ``--check`` return 1 when it is out of date."""
+    current = README.read_text()
+    text = render(current)
+    if "--check" in argv:
+        if current != text:
+            print(
+                f"{README}'s experiments table is out of date: run python tools/readme_experiments.py",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    README.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(README.parent))
+    raise SystemExit(main(sys.argv[1:]))
