@@ -23,7 +23,7 @@ import pandas as pd
 from rlq.actorq.actor import ACTOR_TIMERS
 from rlq.actorq.broadcast import encode_policy
 from rlq.actorq.config import ActorQConfig
-from rlq.actorq.evaluation import Evaluator
+from rlq.actorq.evaluator import Evaluator
 from rlq.actorq.inference import choose_backend, engine_label
 from rlq.actorq.learner import Learner, check_resumable, has_checkpoint, write_config
 from rlq.actorq.policy import architecture_of, policy_weights
