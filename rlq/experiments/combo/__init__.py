@@ -10,7 +10,7 @@ In the order the notebook calls it:
 - :mod:`~rlq.experiments.combo.tables`: :func:`method_summary` (IQM and interval over seeds, bits, latency
   ratio), :func:`pareto_front`, :func:`with_fronts`, :func:`best_within_dense`, :func:`combo_estimates`,
   :func:`combo_numbers`, :func:`paper_comparison`.
-- :mod:`~rlq.experiments.combo.figures`: the Pareto figures (``from rlq.experiments.combo import figures``).
+- :mod:`~rlq.experiments.combo.pareto_figures`: the Pareto figures (``from rlq.experiments.combo import pareto_figures``).
 """
 
 from rlq.experiments.combo.jobs import combo_jobs, measure_latencies, train_all, zoo_td3_settings

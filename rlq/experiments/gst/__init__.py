@@ -15,8 +15,9 @@ In the order the notebooks call it:
   (per seed under ``seed_<s>/``), :func:`classification_tables`, :func:`mean_over_seeds`,
   :func:`classification_estimates` and :func:`classification_numbers`, the ResNet-32 comparison of
   ``gst_classification``.
-- :mod:`~rlq.experiments.gst.figures`: their Plotly figures (``from rlq.experiments.gst import figures``; not
-  re-exported here, so importing the package does not import Plotly).
+- :mod:`~rlq.experiments.gst.compression_figures`: their Plotly figures
+  (``from rlq.experiments.gst import compression_figures``; not re-exported here, so importing the package
+  does not import Plotly).
 """
 
 from rlq.experiments.gst.classification import (

@@ -21,8 +21,9 @@
   :func:`paper_setting_curve`.
 - :mod:`~rlq.experiments.quarl.convergence` (``quarl_actorq``'s convergence section; imported as a module, not
   re-exported): time to return, return at equal steps, the convergence claims' estimates.
-- :mod:`~rlq.experiments.quarl.figures`: their Plotly figures (``from rlq.experiments.quarl import figures``;
-  not re-exported here, so importing the package does not import Plotly).
+- :mod:`~rlq.experiments.quarl.quantization_figures`: their Plotly figures
+  (``from rlq.experiments.quarl import quantization_figures``; not re-exported here, so importing the package
+  does not import Plotly).
 """
 
 from rlq.experiments.quarl.actorq import (
