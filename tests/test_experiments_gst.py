@@ -16,7 +16,7 @@ from rlq.experiments.gst import (
     sweep_numbers,
     sweep_table,
 )
-from rlq.experiments.gst.jobs import arm_settings
+from rlq.experiments.gst.arms import arm_settings
 from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
 
 KNOBS = dict(

@@ -10,7 +10,7 @@ import pandas as pd
 
 from rlq.experiments import seed_statistics
 from rlq.experiments.claim_measure import measure_table, table_metric
-from rlq.experiments.gst.jobs import sweep_label
+from rlq.experiments.gst.arms import sweep_label
 from rlq.experiments.gst.training_runs import METHODS
 
 SUMMARY_MEANS = (
