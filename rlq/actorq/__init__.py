@@ -62,11 +62,12 @@ _HOMES = {
     "predict_speedup": "cost_model",
     "speedup_curve": "cost_model",
     "step_costs": "cost_model",
-    "ray_session": "runtime",
+    "ray_session": "actor_runtimes",
     "train": "training",
 }
 
 if TYPE_CHECKING:
+    from rlq.actorq.actor_runtimes import ray_session
     from rlq.actorq.architecture import PolicyArchitecture
     from rlq.actorq.broadcast import (
         DecodedPolicy,
@@ -95,7 +96,6 @@ if TYPE_CHECKING:
         policy_weights,
     )
     from rlq.actorq.result import BREAKDOWN_KEYS, ActorQResult, TrainingProgress, time_to_return
-    from rlq.actorq.runtime import ray_session
     from rlq.actorq.training import train
 
 
