@@ -264,7 +264,7 @@ def test_ray_started_by_train_is_shut_down_on_interrupt():
 def ray_session():
     """One local Ray instance for every Ray test of this module; nothing of it is left afterwards."""
     ray = pytest.importorskip("ray")
-    from rlq.actorq.runtime import ray_init_kwargs
+    from rlq.actorq.actor_runtimes import ray_init_kwargs
 
     assert not ray.is_initialized()
     ray.init(**ray_init_kwargs(num_cpus=2))

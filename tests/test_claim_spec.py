@@ -15,7 +15,7 @@ from rlq.experiments.claim_spec import claim_specs, read_claims
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir
 from rlq.experiments.registry import get_experiment
-from rlq.experiments.stats import estimate, paired_percent_drop
+from rlq.experiments.seed_statistics import estimate, paired_percent_drop
 
 SPEC = data_dir() / "claims.csv"
 RESULTS = data_dir() / "results"

@@ -17,7 +17,7 @@ from rlq.compress.masks import mask_of, stored_tensor
 from rlq.experiments.combo import combo_jobs, measure_latencies, method_summary, zoo_td3_settings
 from rlq.experiments.combo.jobs import check_run_config, train_and_deploy
 from rlq.experiments.combo.methods import METHODS, deploy_actor, deployed_latency, deployment, trainings_for
-from rlq.experiments.combo.tables import best_within_dense, pareto_front
+from rlq.experiments.combo.pareto import best_within_dense, pareto_front
 from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network
 from rlq.sb3.compression import CompressionCallback

@@ -10,13 +10,13 @@ import pytest
 from rlq.compress import GSTConfig
 from rlq.experiments.gst import (
     compare_methods,
+    compression_figures,
     compression_settings,
     controller_decisions,
-    figures,
     sweep_numbers,
     sweep_table,
 )
-from rlq.experiments.gst.jobs import arm_settings
+from rlq.experiments.gst.arms import arm_settings
 from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
 
 KNOBS = dict(
@@ -143,7 +143,7 @@ def test_controller_decisions_count_pruning_updates_of_gst_runs_only():
         }
     )
     assert controller_decisions(history) == {"rise": 1, "backoff": 1}
-    assert len(figures.gst_schedule_figure(history, ["seed"]).data) == 4
+    assert len(compression_figures.gst_schedule_figure(history, ["seed"]).data) == 4
 
 
 def test_sweep_numbers_name_every_configuration_and_the_best():
@@ -173,7 +173,7 @@ def test_sweep_numbers_name_every_configuration_and_the_best():
 
 
 def test_reward_aware_demo_rises_pauses_and_rises_again():
-    fig = figures.reward_aware_demo_figure(
+    fig = compression_figures.reward_aware_demo_figure(
         {"max_sparsity": 0.5, "step_size": 0.05, "tolerance": 0.05, "backoff": 0.0}
     )
     targets = list(fig.data[0].y)
@@ -329,7 +329,7 @@ def test_replaying_the_earlier_runs_episodes_reproduces_their_logged_decisions_a
 def test_method_bars_color_a_gst_variant_distinctly():
     import pandas as pd
 
-    from rlq.experiments.gst.figures import METHOD_COLORS, method_bars_figure, method_color
+    from rlq.experiments.gst.compression_figures import METHOD_COLORS, method_bars_figure, method_color
 
     means = pd.DataFrame({"avg_compression_ratio": [0.0, 0.8, 0.5], "score": [10.0, 9.0, 8.0]},
                          index=["dense", "gst", "gst_bc_only"])  # fmt: skip

@@ -12,7 +12,6 @@ from rlq.experiments.quarl import (
     actor_breakdown,
     actorq_numbers,
     actorq_summary,
-    figures,
     learner_breakdown,
     noise_control_table,
     parse_runs,
@@ -24,6 +23,7 @@ from rlq.experiments.quarl import (
     qat_numbers,
     qat_summary,
     qat_vs_ptq_table,
+    quantization_figures,
     solved_threshold,
 )
 from rlq.experiments.quarl.actorq import actor_breakdown_shares, speedup, task_name
@@ -225,10 +225,10 @@ def test_noise_control_and_precision_intervals():
     ]
     assert "noise of a 8-bit step" in intervals["method"].tolist() and set(intervals["n"]) == {2}
     assert (
-        len(figures.bit_sweep_figure(ptq, 0.05).data) == 3 * 1 + 2
+        len(quantization_figures.bit_sweep_figure(ptq, 0.05).data) == 3 * 1 + 2
     )  # a line per seed, noise dots, kernel point
-    assert len(figures.noise_control_figure(noise).data) == 2
-    assert len(figures.ptq_bars_figure(ptq_summary(ptq, 0.05)).data) == 5
+    assert len(quantization_figures.noise_control_figure(noise).data) == 2
+    assert len(quantization_figures.ptq_bars_figure(ptq_summary(ptq, 0.05)).data) == 5
 
 
 def test_qat_tables_average_seeds_and_compare_qat_with_ptq():
@@ -247,7 +247,7 @@ def test_qat_tables_average_seeds_and_compare_qat_with_ptq():
     numbers = qat_numbers(wide, summary)
     assert numbers["qat_return"] == {"PPO CartPole-v1": {"2": 305.0}}
     assert numbers["fp32_return"] == {"PPO CartPole-v1": 405.0} and numbers["mean_qat_minus_ptq"] == 200.0
-    assert len(figures.qat_vs_ptq_figure(summary).data) == 2
+    assert len(quantization_figures.qat_vs_ptq_figure(summary).data) == 2
     estimates = qat_estimates(pd.DataFrame(rows), reps=200)
     gap = estimates["qat_minus_ptq_reward_pct_2bits"]  # 200 of 400 and of 410: 50% and 48.8% of fp32
     assert list(estimates) == ["qat_minus_ptq_reward_pct_2bits"] and gap["n"] == 2 and gap["unit"] == "%"

@@ -17,7 +17,7 @@ from rlq.quant.bits import (
     relative_index_positions,
     relative_index_width,
 )
-from rlq.quant.layers import quantizable_layers
+from rlq.quant.quantizable import quantizable_layers
 from rlq.sb3.qat_stacking import stack_fake_quant_
 
 

@@ -62,11 +62,12 @@ _HOMES = {
     "predict_speedup": "cost_model",
     "speedup_curve": "cost_model",
     "step_costs": "cost_model",
-    "ray_session": "runtime",
-    "train": "training",
+    "ray_session": "actor_runtimes",
+    "train": "driver",
 }
 
 if TYPE_CHECKING:
+    from rlq.actorq.actor_runtimes import ray_session
     from rlq.actorq.architecture import PolicyArchitecture
     from rlq.actorq.broadcast import (
         DecodedPolicy,
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from rlq.actorq.config import ActorQConfig, ActorQConfigError, learner_device
     from rlq.actorq.cost_model import SpeedupPrediction, StepCosts, predict_speedup, speedup_curve, step_costs
     from rlq.actorq.d4pg import D4PG, categorical_projection
+    from rlq.actorq.driver import train
     from rlq.actorq.inference import (
         CompiledEngine,
         OnnxEngine,
@@ -95,8 +97,6 @@ if TYPE_CHECKING:
         policy_weights,
     )
     from rlq.actorq.result import BREAKDOWN_KEYS, ActorQResult, TrainingProgress, time_to_return
-    from rlq.actorq.runtime import ray_session
-    from rlq.actorq.training import train
 
 
 def __getattr__(name: str):

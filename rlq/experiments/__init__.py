@@ -1,10 +1,12 @@
 """rlq.experiments: everything around the experiment notebooks.
 
-- ``registry``: the notebooks, their parameters and presets; ``runner``: papermill execution;
-  ``runs``: run folders and ``record``; ``results``: published results under ``data/results/``;
-  ``paths``: where notebooks, data and runs live.
-- ``paper``: the papers' numbers; ``claims``: each claim's rule; ``compare``: comparisons against seed noise.
-- ``gst``, ``quarl``: the per-paper orchestration that notebooks call; ``figures``: shared Plotly figures.
+- ``registry``: the notebooks, their parameters and presets; ``constraints``: the parameters' constraints;
+  ``runner``: papermill execution; ``run_folders``: run folders and ``record``; ``results``: published
+  results under ``data/results/``; ``paths``: where notebooks, data and runs live.
+- ``paper``: the papers' numbers; ``claim_spec``, ``claim_measure``, ``claim_verdicts``: each claim, our number
+  and its verdict; ``seed_statistics``: interval estimates over seeds.
+- ``gst``, ``quarl``, ``combo``: the per-paper orchestration that notebooks call; ``shared_figures``: the Plotly
+  figures they share.
 
 Nothing below this package (compress, quant, rl, sb3, actorq, vision) imports it.
 """

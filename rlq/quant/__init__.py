@@ -19,11 +19,11 @@ Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3`
 from rlq.quant.activations import ActivationQuantizer
 from rlq.quant.bits import bits_per_weight, size_report
 from rlq.quant.latency import BACKENDS, compare_backends, fastest_backend, measure_latency
-from rlq.quant.layers import quantizable_layers
 from rlq.quant.noise import perturb_weights, quantization_step
 from rlq.quant.onnx_backend import OnnxPolicy, export_onnx
 from rlq.quant.ptq import CastPrecision, LayerHolder, ptq
 from rlq.quant.qat import WeightFakeQuant, convert_qat_, is_qat, prepare_qat_, set_qat_enabled
+from rlq.quant.quantizable import quantizable_layers
 from rlq.quant.size import (
     load_packed,
     model_size_bytes,

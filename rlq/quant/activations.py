@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from rlq.quant.layers import quantizable_layers
+from rlq.quant.quantizable import quantizable_layers
 from rlq.quant.tensor import check_bits, fake_quantize_ste, integer_range
 
 INPUT_QUANTIZER = "input_quantizer"

@@ -54,8 +54,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from rlq.quant.layers import is_quantizable, output_channel_axis
 from rlq.quant.qat import WeightFakeQuant
+from rlq.quant.quantizable import is_quantizable, output_channel_axis
 from rlq.quant.tensor import MAX_BITS, MIN_BITS, Precision, check_bits, parse_precision
 
 SCALE_BITS = 32

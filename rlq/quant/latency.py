@@ -15,9 +15,9 @@ import torch.nn as nn
 from torch import Tensor
 
 from rlq.core.validation import check_non_negative_int, check_positive_int
-from rlq.quant.layers import has_convolutions
 from rlq.quant.onnx_backend import OnnxPolicy, export_onnx
 from rlq.quant.ptq import Calibration, ptq
+from rlq.quant.quantizable import has_convolutions
 
 BACKENDS = ("torch-fp32", "torch-int8", "onnx-fp32", "onnx-int8")
 """Inference backends that :func:`compare_backends` can build: PyTorch eager and ONNX Runtime, fp32 and int8."""

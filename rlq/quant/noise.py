@@ -14,7 +14,7 @@ import copy
 import torch
 import torch.nn as nn
 
-from rlq.quant.layers import (
+from rlq.quant.quantizable import (
     bake_parametrizations,
     check_finite_weights,
     output_channel_axis,

@@ -22,8 +22,8 @@ from torch import Tensor
 from rlq.core.cpu import int8_needs_reduced_range
 from rlq.core.validation import check_positive_int
 from rlq.quant._warnings import quiet_deprecations
-from rlq.quant.layers import check_finite_weights
 from rlq.quant.ptq import Calibration, calibration_batches
+from rlq.quant.quantizable import check_finite_weights
 
 log = logging.getLogger(__name__)
 

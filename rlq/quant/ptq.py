@@ -30,7 +30,7 @@ from torch import Tensor
 
 from rlq.quant._warnings import quiet_deprecations
 from rlq.quant.activations import attach_input_quantizers
-from rlq.quant.layers import (
+from rlq.quant.quantizable import (
     bake_parametrizations,
     check_finite_weights,
     has_convolutions,

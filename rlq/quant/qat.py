@@ -17,7 +17,7 @@ from torch.nn.utils import parametrize
 
 from rlq.core.parametrizations import remove_parametrizations_
 from rlq.quant.activations import attach_input_quantizers, input_quantizers
-from rlq.quant.layers import output_channel_axis, quantizable_layers, weight_name
+from rlq.quant.quantizable import output_channel_axis, quantizable_layers, weight_name
 from rlq.quant.tensor import check_bits, fake_quantize_symmetric, straight_through
 
 

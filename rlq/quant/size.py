@@ -30,7 +30,12 @@ from rlq.quant.bits import (
     stored_values,
     weight_layers,
 )
-from rlq.quant.layers import bake_parametrizations, is_quantizable, output_channel_axis, quantizable_layers
+from rlq.quant.quantizable import (
+    bake_parametrizations,
+    is_quantizable,
+    output_channel_axis,
+    quantizable_layers,
+)
 from rlq.quant.tensor import check_bits, integer_range, parse_precision, quantize_to_codes
 
 CODES, SCALE, META = ".codes", ".scale", ".meta"

@@ -25,8 +25,8 @@ from rlq.rl.algorithms import check_algorithm_name
 from rlq.rl.checkpoints import KEEP_CHECKPOINTS, Checkpointer, latest_checkpoint, move_away_advice
 from rlq.rl.envs import is_atari, make_vec_env
 from rlq.rl.episodes import finished_episodes
-from rlq.rl.progress import TrainingProgress, report_already_trained, training_label
 from rlq.rl.seeding import seed_everything
+from rlq.rl.training_progress import TrainingProgress, report_already_trained, training_label
 
 #: Tuned settings from RL Baselines3 Zoo (hyperparams/*.yml) for the pairs rlq's presets use, with
 #: learning-rate schedules replaced by their constants. Anything else starts from SB3's defaults.

@@ -30,7 +30,7 @@ from torch.nn.utils import parametrize
 
 from rlq.quant import WeightFakeQuant
 from rlq.quant.activations import attach_input_quantizers
-from rlq.quant.layers import output_channel_axis
+from rlq.quant.quantizable import output_channel_axis
 from rlq.sb3.checkpoint import zip_path
 from rlq.sb3.networks import refresh_optimizers
 from rlq.sb3.qat_policy import _input_quantizer, _install_state_dict_hooks, _pure_qat

@@ -32,7 +32,7 @@ from rlq.quant.activations import (
     input_quantizers,
 )
 from rlq.quant.bits import mark_weight_format_
-from rlq.quant.layers import output_channel_axis
+from rlq.quant.quantizable import output_channel_axis
 from rlq.quant.tensor import check_bits, quantize_tensor
 from rlq.sb3.networks import named_layers, refresh_optimizers
 from rlq.sb3.qat_stacking import (

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from rlq.quant import BACKENDS, OnnxPolicy, export_onnx, model_size_bytes, parse_precision, ptq
 from rlq.quant.latency import build_backend, torch_threads
-from rlq.quant.layers import has_convolutions
+from rlq.quant.quantizable import has_convolutions
 from rlq.quant.tensor import KERNEL_INT8
 from rlq.sb3.action_path import (
     ARGMAX,

@@ -2,7 +2,7 @@
 
 In the order the notebooks call it:
 
-- :mod:`~rlq.experiments.gst.jobs`: :func:`compression_settings` derives GST's and the pruning baseline's
+- :mod:`~rlq.experiments.gst.arms`: :func:`compression_settings` derives GST's and the pruning baseline's
   callback settings from a notebook's parameters, by one rule for every notebook; :func:`td3_hyperparams`
   makes TD3's arguments (the notebooks build their callbacks in a cell and train them with
   :func:`rlq.experiments.seed_runs.run_seeds`).
@@ -15,10 +15,12 @@ In the order the notebooks call it:
   (per seed under ``seed_<s>/``), :func:`classification_tables`, :func:`mean_over_seeds`,
   :func:`classification_estimates` and :func:`classification_numbers`, the ResNet-32 comparison of
   ``gst_classification``.
-- :mod:`~rlq.experiments.gst.figures`: their Plotly figures (``from rlq.experiments.gst import figures``; not
-  re-exported here, so importing the package does not import Plotly).
+- :mod:`~rlq.experiments.gst.compression_figures`: their Plotly figures
+  (``from rlq.experiments.gst import compression_figures``; not re-exported here, so importing the package
+  does not import Plotly).
 """
 
+from rlq.experiments.gst.arms import compression_settings, sweep_label, td3_hyperparams
 from rlq.experiments.gst.classification import (
     classification_estimates,
     classification_numbers,
@@ -27,7 +29,6 @@ from rlq.experiments.gst.classification import (
     mean_over_seeds,
     train_classifiers,
 )
-from rlq.experiments.gst.jobs import compression_settings, sweep_label, td3_hyperparams
 from rlq.experiments.gst.tables import (
     compare_methods,
     controller_decisions,

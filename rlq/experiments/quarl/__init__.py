@@ -12,7 +12,7 @@
   evaluation), :func:`qat_agent` (one QAT agent), :func:`qat_seed` (both for one run and seed),
   :func:`qat_vs_ptq` (every run and seed, in parallel), :func:`qat_summary`, :func:`qat_vs_ptq_table`,
   :func:`qat_estimates`, :func:`qat_numbers`.
-- :mod:`~rlq.experiments.quarl.latency` (``quarl_latency``): :func:`network_spaces`, :func:`benchmark_networks`.
+- :mod:`~rlq.experiments.quarl.network_benchmarks` (``quarl_latency``): :func:`network_spaces`, :func:`benchmark_networks`.
 - :mod:`~rlq.experiments.quarl.actorq` (``quarl_actorq``): :func:`train_actorq`, :func:`actorq_summary`,
   :func:`actor_breakdown`, :func:`learner_breakdown`, :func:`speedup`,
   :func:`actorq_numbers`.
@@ -21,8 +21,9 @@
   :func:`paper_setting_curve`.
 - :mod:`~rlq.experiments.quarl.convergence` (``quarl_actorq``'s convergence section; imported as a module, not
   re-exported): time to return, return at equal steps, the convergence claims' estimates.
-- :mod:`~rlq.experiments.quarl.figures`: their Plotly figures (``from rlq.experiments.quarl import figures``;
-  not re-exported here, so importing the package does not import Plotly).
+- :mod:`~rlq.experiments.quarl.quantization_figures`: their Plotly figures
+  (``from rlq.experiments.quarl import quantization_figures``; not re-exported here, so importing the package
+  does not import Plotly).
 """
 
 from rlq.experiments.quarl.actorq import (
@@ -34,7 +35,7 @@ from rlq.experiments.quarl.actorq import (
     train_actorq,
 )
 from rlq.experiments.quarl.evaluation import solved_threshold
-from rlq.experiments.quarl.latency import benchmark_networks, network_spaces
+from rlq.experiments.quarl.network_benchmarks import benchmark_networks, network_spaces
 from rlq.experiments.quarl.ptq_sweep import (
     evaluate_ptq,
     noise_control_table,

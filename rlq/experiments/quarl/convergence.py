@@ -89,7 +89,7 @@ def return_at(curves: pd.DataFrame, x: str = "env_steps", points: int = 5, seed:
     the points are spread evenly up to the smallest final ``x`` of the task's runs, and each run's return
     there is interpolated linearly between its evaluations.
     """
-    from rlq.experiments.stats import estimate
+    from rlq.experiments.seed_statistics import estimate
 
     if x not in ("env_steps", "wall_time_s"):
         raise ValueError(f"x={x!r}: choose env_steps or wall_time_s")
@@ -121,7 +121,7 @@ def convergence_estimates(runs: pd.DataFrame, precision: str = "int8", seed: int
     / fp32 final return on the same seed; ``time_to_threshold_s_<p>``; ``time_ratio``, fp32's time to the
     threshold over the quantized run's on the same seed (seeds where both reached it).
     """
-    from rlq.experiments.stats import estimate
+    from rlq.experiments.seed_statistics import estimate
 
     final = paired(runs, "final_return", precision)
     times = paired(runs, "time_to_threshold_s", precision)

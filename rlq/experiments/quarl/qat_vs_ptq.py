@@ -275,7 +275,7 @@ def qat_estimates(qat_table: pd.DataFrame, reps: int = 2000) -> dict[str, dict[s
     every agent, solved in fp32 or not, since QAT and PTQ start from the same seed either way.
     """
     from rlq.experiments.quarl.ptq_sweep import seed_task_matrix
-    from rlq.experiments.stats import estimate
+    from rlq.experiments.seed_statistics import estimate
 
     wide = qat_table.pivot_table(index=["run", "seed", "bits"], columns="method", values="mean_return")
     fp32 = qat_table[qat_table.method == "fp32"].set_index(["run", "seed"])["mean_return"]

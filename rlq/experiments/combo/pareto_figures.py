@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from rlq.experiments.combo.tables import pareto_front
+from rlq.experiments.combo.pareto import pareto_front
 from rlq.experiments.shared_figures import TEMPLATE
 
 AXES = {

@@ -1,4 +1,4 @@
-"""GST runs to train: the callback settings every GST notebook derives from its parameters, and the job lists."""
+"""The arms GST runs train: the callback settings every GST notebook derives from its parameters, by arm."""
 
 from __future__ import annotations
 

@@ -21,9 +21,10 @@ from typing import Any
 import pandas as pd
 
 from rlq.actorq.actor import ACTOR_TIMERS
+from rlq.actorq.actor_runtimes import ActorFailure, actor_seed, make_runtime
 from rlq.actorq.broadcast import encode_policy
 from rlq.actorq.config import ActorQConfig
-from rlq.actorq.evaluation import Evaluator
+from rlq.actorq.evaluator import Evaluator
 from rlq.actorq.inference import choose_backend, engine_label
 from rlq.actorq.learner import Learner, check_resumable, has_checkpoint, write_config
 from rlq.actorq.policy import architecture_of, policy_weights
@@ -36,7 +37,6 @@ from rlq.actorq.result import (
     ActorQResult,
     TrainingProgress,
 )
-from rlq.actorq.runtime import ActorFailure, actor_seed, make_runtime
 from rlq.quant.latency import torch_threads
 
 log = logging.getLogger(__name__)
