@@ -5,10 +5,10 @@ actor whose hidden layer is block-circulant (B = 8) or 90% pruned in 4x4 blocks.
 and int8 and built twice: ``-O2`` (portable, as a microcontroller build would be) and ``-O3 -march=native``.
 The C column is timed inside a C loop (``clock_gettime`` around 2,000 calls on recorded observations, no
 Python in between); ONNX Runtime's (the same weights dense, fp32, and int8 with dynamic quantization, one thread) from Python, one
-``session.run`` per observation, its call overhead included as a caller would pay it. Each figure is the
+call per observation, its call overhead included as a caller would pay it. Each figure is the
 median of 5 rounds; ``vs ORT int8`` is ORT int8 dense's time over the row's (higher is faster). Run:
 
-    .venv/bin/python benchmarks/bench_export.py            # about a minute on 2 cores
+    .venv/bin/python benchmarks/bench_export.py            # about 15 s on 2 cores
     .venv/bin/python benchmarks/bench_export.py --quick    # a smoke run, seconds
 """
 
