@@ -251,3 +251,58 @@ def test_int8_onnx_is_qdq_calibrated_and_close_to_fp32(models, tmp_path):
     got = OnnxPolicy(int8)(states)
     assert np.abs(got - expected).max() < 0.05 * 2.0  # a few 8-bit steps of Pendulum's [-2, 2]
     np.testing.assert_allclose(OnnxPolicy(fp32)(states), expected, rtol=0, atol=1e-5)
+
+
+def test_an_nn_module_actor_exports_with_its_action_space_and_not_without(tmp_path):
+    from gymnasium import spaces
+
+    from rlq.quant.onnx_backend import OnnxPolicy
+
+    torch.manual_seed(1)
+    actor = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 2), nn.Tanh())
+    with pytest.raises(ValueError, match="has no action space"):
+        export_policy(actor, tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+    box = spaces.Box(low=np.array([-1.0, 0.0], np.float32), high=np.array([3.0, 0.5], np.float32))
+    x = np.random.default_rng(3).normal(size=(40, 5)).astype(np.float32)
+    with torch.no_grad():
+        squashed = actor(torch.from_numpy(x)).numpy()
+    expected = box.low + 0.5 * (squashed + 1.0) * (box.high - box.low)  # SB3's unscale_action
+    export = export_policy(actor, tmp_path / "box", action_space=box)
+    np.testing.assert_allclose(load_c_policy(export)(x), expected, rtol=0, atol=1e-6)
+    onnx_path = export_policy(actor, tmp_path / "box_onnx", "onnx", action_space=box)
+    np.testing.assert_allclose(OnnxPolicy(onnx_path)(x), expected, rtol=0, atol=1e-6)
+    logits = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 4))  # no tanh: clipped, or argmax
+    with torch.no_grad():
+        raw = logits(torch.from_numpy(x)).numpy()
+    clip_box = spaces.Box(low=-0.1, high=0.1, shape=(4,), dtype=np.float32)
+    clipped = load_c_policy(export_policy(logits, tmp_path / "clip", action_space=clip_box))(x)
+    np.testing.assert_allclose(clipped, np.clip(raw, -0.1, 0.1), rtol=0, atol=1e-6)
+    chosen = load_c_policy(export_policy(logits, tmp_path / "argmax", action_space=spaces.Discrete(4)))(x)
+    np.testing.assert_array_equal(chosen[:, 0].astype(np.int64), raw.argmax(axis=1))
+    with pytest.raises(ValueError, match="4 outputs, the Discrete action space 3"):
+        export_policy(logits, tmp_path / "wrong", action_space=spaces.Discrete(3))
+
+
+def test_an_sb3_model_refuses_a_second_action_space(models, tmp_path):
+    from gymnasium import spaces
+
+    with pytest.raises(ValueError, match="brings its own action space"):
+        export_policy(models["TD3"], tmp_path / "c", action_space=spaces.Discrete(2))
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("algo", ["DDPG", "SAC", "PPO", "A2C"])
+def test_onnx_export_of_the_other_algorithms_acts_as_predict(models, algo, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from rlq.quant.onnx_backend import OnnxPolicy
+
+    model = models[algo]
+    path = export_policy(model, tmp_path / "onnx", "onnx")
+    states, _ = rollout(ALGOS[algo], lambda o: model.predict(o, deterministic=True)[0].reshape(1, -1))
+    expected, _ = model.predict(states, deterministic=True)
+    got = OnnxPolicy(path)(states)
+    if algo in DISCRETE:
+        np.testing.assert_array_equal(got, expected)
+    else:
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)

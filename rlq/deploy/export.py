@@ -25,7 +25,9 @@ import torch
 from torch import nn
 
 from rlq.deploy.export_c import CExport, write_c
+from rlq.deploy.formats import ACTION_SCALING, Affine
 from rlq.deploy.reader import OutputSpec, read_policy
+from rlq.deploy.runtime import CompiledPolicy, compile_policy
 
 FORMATS = ("c", "onnx")
 
@@ -97,13 +99,69 @@ class ActionHead(nn.Module):
         return y
 
 
-def acting_module(policy: Any) -> nn.Module:
+def output_for_action_space(network: nn.Sequential, action_space: Any) -> OutputSpec:
+    """Return SB3's deterministic post-processing of ``network``'s output for a Gymnasium ``action_space``.
+
+    A ``Box``: an output after a final ``nn.Tanh`` is unscaled from [-1, 1] to ``[low, high]`` (a squashing
+    policy, as TD3's, DDPG's and SAC's); any other output is clipped to ``[low, high]``. A ``Discrete``: the
+    argmax. Other spaces raise TypeError.
+    """
+    from gymnasium import spaces
+
+    width = read_policy(network)[0][-1].n_out
+    if isinstance(action_space, spaces.Discrete):
+        if width != int(action_space.n):
+            raise ValueError(
+                f"the network has {width} outputs, the Discrete action space {action_space.n} actions"
+            )
+        return OutputSpec(kind="argmax")
+    if not isinstance(action_space, spaces.Box):
+        raise TypeError(
+            f"exporting an nn.Module actor takes a Box or Discrete action space, got {action_space!r}"
+        )
+    low, high = (np.asarray(b, np.float64).reshape(-1) for b in (action_space.low, action_space.high))
+    if low.size != width:
+        raise ValueError(f"the network has {width} outputs, the Box action space {low.size} dimensions")
+    if isinstance(list(network.modules())[-1], nn.Tanh):
+        half = 0.5 * (high - low)
+        scale, shift, low, high = half, low + half, np.full_like(low, -np.inf), np.full_like(high, np.inf)
+    else:
+        scale, shift = np.ones_like(low), np.zeros_like(low)
+    arrays = (np.asarray(a, np.float32) for a in (scale, shift, low, high))
+    return OutputSpec("continuous", *arrays)
+
+
+def _actor_with_actions(policy: Any, action_space: Any, precision: str) -> Any:
+    """Return what to export: an SB3 model as it is, an ``nn.Sequential`` compiled with ``action_space``'s rule."""
+    if not isinstance(policy, nn.Module) or hasattr(policy, "action_space"):
+        if action_space is not None:
+            raise ValueError(
+                "a Stable-Baselines3 model brings its own action space; do not pass action_space"
+            )
+        return policy
+    if action_space is None:
+        raise ValueError(
+            "an nn.Module actor has no action space: pass action_space= (a gymnasium Box or Discrete) for SB3's "
+            "post-processing, or use rlq.deploy.write_c to export the network's outputs as they are"
+        )
+    output = output_for_action_space(policy, action_space)
+    compiled = compile_policy(policy, precision, use_kernels=False)
+    ops = list(compiled.ops)
+    if output.kind == "continuous":
+        ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
+    return CompiledPolicy(ops, output, compiled.obs_dim, use_kernels=False)
+
+
+def acting_module(policy: Any, action_space: Any = None) -> nn.Module:
     """Return ``policy``'s action path as plain dense layers with its post-processing (:class:`ActionHead`).
 
     Each layer holds the effective weight the PyTorch forward multiplies by (a pruning mask applied, a
-    block-circulant layer expanded), so that the module traces to stock ONNX operators.
+    block-circulant layer expanded), so that the module traces to stock ONNX operators. An ``nn.Sequential``
+    with an ``action_space`` gets that space's post-processing (:func:`output_for_action_space`).
     """
     specs, output = read_policy(policy)  # raises TypeError naming an unsupported layer
+    if action_space is not None:
+        output = output_for_action_space(policy, action_space)
     layers: list[nn.Module] = []
     for spec in specs:
         if spec.kind == "linear":
@@ -125,14 +183,17 @@ def export_policy(
     *,
     precision: str = "fp32",
     name: str = "policy",
+    action_space: Any = None,
     calibration: np.ndarray | None = None,
     vec_normalize: Any = None,
 ) -> CExport | Path:
     """Export ``source`` (see the module docstring) into the new folder ``out``; return what was written.
 
     ``format="c"`` returns the :class:`rlq.deploy.export_c.CExport`; ``"onnx"`` the path of
-    ``<out>/<name>.onnx``. ``precision``: ``"fp32"`` or ``"int8"``. ``out`` must not exist; nothing is
-    written when the source cannot be exported.
+    ``<out>/<name>.onnx``. ``precision``: ``"fp32"`` or ``"int8"``. An ``nn.Sequential`` actor needs its
+    ``action_space`` (:func:`output_for_action_space`); an SB3 model has its own. ``calibration``: observations
+    for ONNX int8's static activation ranges (without them, dynamic quantization). ``out`` must not exist;
+    nothing is written when the source cannot be exported.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
@@ -141,16 +202,20 @@ def export_policy(
         raise FileExistsError(f"{out} exists; export into a new folder")
     policy = load_policy_source(source)
     if format == "c":
-        return write_c(policy, out, name=name, precision=precision, vec_normalize=vec_normalize)
+        actor = _actor_with_actions(policy, action_space, precision)
+        return write_c(actor, out, name=name, precision=precision, vec_normalize=vec_normalize)
     if vec_normalize is not None:
         raise ValueError("ONNX export does not take a VecNormalize; normalise observations before the model")
-    return _write_onnx(policy, out, name, precision, calibration)
+    _actor_with_actions(policy, action_space, precision)  # the same checks
+    return _write_onnx(policy, out, name, precision, calibration, action_space)
 
 
-def _write_onnx(policy: Any, out: Path, name: str, precision: str, calibration: np.ndarray | None) -> Path:
+def _write_onnx(
+    policy: Any, out: Path, name: str, precision: str, calibration: np.ndarray | None, action_space: Any
+) -> Path:
     from rlq.quant.onnx_backend import export_onnx
 
-    module = acting_module(policy)
+    module = acting_module(policy, action_space)
     specs, _ = read_policy(policy)
     example = torch.zeros(1, specs[0].n_in)
     out.mkdir(parents=True)
