@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAB_OVERRIDES := tools/jupyterlab/overrides.json
 
-.PHONY: venv reproduce test test-fast lint clean-venv football
+.PHONY: venv reproduce test test-fast lint clean-venv football export-tools
 
 venv: $(STAMP)
 
@@ -29,6 +29,11 @@ reproduce: $(STAMP)
 # ~/.cache/rlq (about 8 min), then installed from there (seconds). See tools/football.sh.
 football: $(STAMP)
 	bash tools/football.sh
+
+# Cortex-M export (optional): arm-none-eabi-gcc, newlib and qemu-system-arm from Debian, for
+# rlq.deploy.cortex_m and its tests. See tools/export_tools.sh.
+export-tools:
+	bash tools/export_tools.sh
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

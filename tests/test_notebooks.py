@@ -34,6 +34,21 @@ HEADLINE_KEYS: dict[str, list[str]] = {
         "timesteps",
         "seeds",
     ],
+    # quick's agent is far from solved; the Cortex-M4 keys are recorded only where make export-tools ran
+    "deploy_policy": [
+        "torch_return",
+        "c_fp32_return",
+        "c_int8_return",
+        "onnx_int8_return",
+        "max_action_diff_c_fp32",
+        "max_action_diff_c_int8",
+        "c_int8_weight_bytes",
+        "c_fp32_weight_bytes",
+        "onnx_int8_bytes",
+        "dense_fp32_bytes",
+        "c_int8_vs_ort_int8_latency",
+        "timesteps",
+    ],
     "baseline_rl": [
         "final_mean_return",
         "final_std_return",
@@ -265,6 +280,12 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
                   "compression/target_sparsity", "gst/block_size"}  # fmt: skip
         assert wanted <= set(events["scalars"]), events["scalars"]
         assert "gst/decision/text_summary" in events["tensors"]
+    if name == "deploy_policy":  # the exported policies act as PyTorch's, within what each format allows
+        assert results["c_parity_within_bounds"] is True and results["exported_within_torch_interval"] is True
+        assert results["max_action_diff_c_fp32"] < 1e-5 * 2.0  # Pendulum's actions are in [-2, 2]
+        assert results["c_int8_weight_bytes"] < results["c_fp32_weight_bytes"] < results["dense_fp32_bytes"]
+        for table in ("sizes", "parity", "evaluation", "latency"):
+            assert (run_dir / f"{table}.csv").exists(), table
     if name == "baseline_rl":
         # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
         assert results["final_mean_return"] > max(150, 5 * results["random_mean_return"])

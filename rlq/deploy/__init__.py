@@ -11,10 +11,26 @@ and float32 DFTs) within :data:`FP32_RTOL` of the largest output magnitude; with
 within :func:`error_bound`, a worst-case bound on the quantization of weights and inputs carried through
 the absolute weights, plus a float32 allowance. Being a worst case it is loose: on random 64-256 wide MLPs
 the errors seen are 10^2 to 10^5 times smaller than it (int8, B = 16).
+
+:func:`export_policy` (the ``rlq export`` command) writes the same layers out of Python: a C99 file pair
+with the same stored forms and arithmetic (:func:`write_c`; :func:`load_c_policy` builds and calls it
+here), or an ONNX model for stock ONNX Runtime. See docs/deploy.md.
 """
 
 from rlq.deploy.bounds import FP32_RTOL, error_bound
+from rlq.deploy.c_build import load_c_policy
+from rlq.deploy.export import export_policy
+from rlq.deploy.export_c import write_c
 from rlq.deploy.runtime import CompiledPolicy, compile_policy, kernels_available
 
-__all__ = ["compile_policy", "CompiledPolicy", "error_bound", "FP32_RTOL", "kernels_available"]
+__all__ = [
+    "compile_policy",
+    "CompiledPolicy",
+    "error_bound",
+    "FP32_RTOL",
+    "kernels_available",
+    "export_policy",
+    "write_c",
+    "load_c_policy",
+]
 """What a user calls; the stored forms live in :mod:`rlq.deploy.formats` and :mod:`rlq.deploy.frequency`."""

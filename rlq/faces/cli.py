@@ -253,6 +253,37 @@ def _add_run(sub: Any) -> None:
     p.set_defaults(func=_cmd_run)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rlq.deploy.export import export_policy
+
+    try:
+        result = export_policy(args.source, args.out, args.format, precision=args.precision, name=args.name)
+    except TypeError as e:  # an unsupported layer or space
+        raise ValueError(str(e)) from e
+    if args.format == "c":
+        print(
+            f"{result.source} and {result.header.name}: {result.obs_dim} -> {result.action_dim}, "
+            f"{result.weight_bytes} bytes of weights, {result.stack_bytes} bytes of stack"
+        )
+    else:
+        print(f"{result}: {result.stat().st_size} bytes")
+    return 0
+
+
+def _add_export(sub: Any) -> None:
+    p = sub.add_parser(
+        "export", help="write a trained policy as a dependency-free C file pair or an ONNX model"
+    )
+    p.add_argument("source", type=Path, help="an SB3 model .zip, or a run folder with a trained agent")
+    p.add_argument("--format", choices=("c", "onnx"), default="c")
+    p.add_argument("--out", type=Path, required=True, help="a new folder for the files")
+    p.add_argument(
+        "--precision", choices=("fp32", "int8"), default="fp32", help="how dense layers are stored"
+    )
+    p.add_argument("--name", default="policy", help="the files' and C function's prefix (a C identifier)")
+    p.set_defaults(func=_cmd_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``rlq`` command."""
     parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
@@ -283,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_reproduce)
 
     _add_publish(sub)
+
+    _add_export(sub)
 
     p = sub.add_parser("report", help="which paper claims hold: runs/report.html and the verdicts as text")
     p.add_argument(

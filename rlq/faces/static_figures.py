@@ -211,6 +211,36 @@ def _combo(run: Committed) -> Figures:
     ]
 
 
+def _deploy(run: Committed) -> Figures:
+    """An exported policy: bytes stored per format, and each exported policy's return beside PyTorch's."""
+    sizes = run.table("sizes")
+    stored = go.Figure(go.Bar(x=sizes["policy"], y=sizes["bytes"], text=sizes["bytes"], textposition="outside"))
+    stored.update_layout(
+        title=f"{run.label}: bytes of the actor's weights as exported (log scale)",
+        yaxis=dict(type="log", title="bytes"),
+        xaxis=dict(title=None),
+    )
+    evaluation = run.table("evaluation")
+    returns = go.Figure(
+        go.Scatter(
+            x=evaluation["policy"],
+            y=evaluation["value"],
+            mode="markers",
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=evaluation["upper"] - evaluation["value"],
+                arrayminus=evaluation["value"] - evaluation["lower"],
+            ),
+        )
+    )
+    returns.update_layout(
+        title=f"{run.label}: mean return over the same episodes, 95% bootstrap interval",
+        yaxis=dict(title="return"),
+    )
+    return [("stored_bytes", stored), ("returns", returns)]
+
+
 FIGURES: dict[str, Callable[[Committed], Figures]] = {
     "baseline_rl": _baseline,
     "gst_td3_mujoco": _gst_run,
@@ -222,6 +252,7 @@ FIGURES: dict[str, Callable[[Committed], Figures]] = {
     "quarl_qat": _qat,
     "quarl_actorq": _actorq,
     "combo_sparse_quant": _combo,
+    "deploy_policy": _deploy,
 }
 """Experiment -> its headline figures, as (file name without .png, figure), from a committed run's tables."""
 

@@ -1,0 +1,82 @@
+"""Build an exported policy's C file for this machine and call it from Python (ctypes).
+
+:func:`load_c_policy` compiles ``<name>.c`` with the system C compiler into a shared library in a
+temporary folder, with the flags a strict build of the file must pass (:data:`STRICT_FLAGS`), and returns a
+:class:`CPolicy`: a callable from a float32 ``(batch, obs_dim)`` array to the ``(batch, action_dim)``
+actions ``<name>_act`` writes, one observation per call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from rlq.deploy.export_c import CExport
+
+STRICT_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic")
+"""Warnings an exported file compiles without, for the host and for ``arm-none-eabi``."""
+
+
+def c_compiler() -> str | None:
+    """Return the system C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang`` on the PATH), or None."""
+    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+def compile_c(sources: list[Path], output: Path, flags: tuple[str, ...] = ()) -> Path:
+    """Compile ``sources`` with :func:`c_compiler` and :data:`STRICT_FLAGS` plus ``flags`` into ``output``.
+
+    Raises RuntimeError with the compiler's first error line when the build fails, or when there is no
+    compiler.
+    """
+    cc = c_compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC, or install gcc)")
+    cmd = [cc, *STRICT_FLAGS, "-O2", *flags, *map(str, sources), "-o", str(output), "-lm"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()
+        raise RuntimeError(f"{cc} failed on {sources[0]}: {lines[0] if lines else 'no output'}")
+    return output
+
+
+class CPolicy:
+    """An exported policy compiled for this machine, called through ctypes (see the module docstring)."""
+
+    def __init__(self, export: CExport, library: Path):
+        self.export = export
+        self.library = library
+        self._lib = ctypes.CDLL(str(library))
+        self._act = getattr(self._lib, f"{export.name}_act")
+        self._act.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self._act.restype = None
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """Return the float32 actions ``(batch, action_dim)`` for a float32 batch ``(batch, obs_dim)``."""
+        obs = np.ascontiguousarray(obs, np.float32)
+        if obs.ndim != 2 or obs.shape[1] != self.export.obs_dim:
+            raise ValueError(
+                f"expected observations of shape (batch, {self.export.obs_dim}), got {obs.shape}"
+            )
+        out = np.empty((obs.shape[0], self.export.action_dim), np.float32)
+        row_in, row_out = obs.strides[0], out.strides[0]
+        base_in, base_out = obs.ctypes.data, out.ctypes.data
+        for i in range(obs.shape[0]):
+            self._act(base_in + i * row_in, base_out + i * row_out)
+        return out
+
+
+def load_c_policy(export: CExport, flags: tuple[str, ...] = ()) -> CPolicy:
+    """Return :class:`CPolicy` of ``export``, compiled as a shared library (``-O2 -fPIC`` plus ``flags``)."""
+    build = Path(tempfile.mkdtemp(prefix="rlq-c-"))
+    library = build / f"lib{export.name}.so"
+    compile_c([export.source], library, ("-shared", "-fPIC", f"-I{export.folder}", *flags))
+    return CPolicy(export, library)

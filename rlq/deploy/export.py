@@ -1,0 +1,228 @@
+"""``rlq export``: a trained policy out of Python, as a C file pair or as an ONNX model.
+
+:func:`export_policy` takes an SB3 model, an SB3 model file (``.zip``, plain or written by
+:func:`rlq.sb3.save_compressed`), a run folder's trained agent (its newest checkpoint), or an
+``nn.Sequential`` actor, and writes into a new folder:
+
+- ``format="c"``: ``policy.h`` and ``policy.c`` (:func:`rlq.deploy.export_c.write_c`): the weights in their
+  stored form, SB3's deterministic post-processing in the function.
+- ``format="onnx"``: ``policy.onnx`` for stock ONNX Runtime (:func:`rlq.quant.export_onnx`): the action path
+  with the same post-processing in the graph (scaling and clipping, or the argmax), at fp32, or int8 (QDQ,
+  calibrated on ``calibration`` observations, else dynamic). ONNX Runtime has no kernel for block-sparse or
+  block-circulant weights: they are written dense, as the PyTorch forward multiplies by them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlq.deploy.export_c import CExport, write_c
+from rlq.deploy.formats import ACTION_SCALING, Affine
+from rlq.deploy.reader import OutputSpec, read_policy
+from rlq.deploy.runtime import CompiledPolicy, compile_policy
+
+FORMATS = ("c", "onnx")
+
+
+def _algorithm_of_zip(path: Path) -> str:
+    """Return the SB3 algorithm name a model file was saved by (from its policy class's module)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not a Stable-Baselines3 model file ({type(e).__name__}: {e})") from e
+    module = str(data.get("policy_class", {}).get("__module__", ""))
+    parts = module.split(".")
+    if len(parts) < 3 or parts[0] != "stable_baselines3":
+        raise ValueError(f"{path}: its policy class module {module!r} names no Stable-Baselines3 algorithm")
+    return parts[1].upper()
+
+
+def load_policy_source(source: Any) -> Any:
+    """Return the model or module ``source`` names: itself, an SB3 ``.zip`` loaded, or a run folder's agent."""
+    if not isinstance(source, (str, os.PathLike)):
+        return source
+    from rlq.rl.agents import algorithm_class
+    from rlq.sb3.checkpoint import load_compressed
+
+    path = Path(source)
+    if path.is_dir():
+        return _load_run_agent(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no model file or run folder at {path}")
+    return load_compressed(algorithm_class(_algorithm_of_zip(path)), path)
+
+
+def _load_run_agent(folder: Path) -> Any:
+    """Return the agent of a run folder's newest complete checkpoint, its compression re-applied."""
+    from rlq.core.jsonio import read_json
+    from rlq.rl.agents import algorithm_class
+    from rlq.rl.checkpoints import latest_checkpoint
+    from rlq.sb3.checkpoint import load_compressed
+
+    params = read_json(folder / "params.json")
+    if not params or "algorithm" not in params:
+        raise ValueError(f"{folder} is not an agent's run folder (no params.json naming an algorithm)")
+    found = latest_checkpoint(folder / "checkpoints")
+    if found is None:
+        raise FileNotFoundError(f"{folder}/checkpoints holds no complete checkpoint")
+    return load_compressed(algorithm_class(params["algorithm"]), found[1])
+
+
+class ActionHead(nn.Module):
+    """SB3's deterministic post-processing of an action network's output, as graph ops ONNX exports."""
+
+    def __init__(self, output: OutputSpec):
+        super().__init__()
+        self.kind = output.kind
+        if self.kind == "multi_argmax" or self.kind not in ("values", "argmax", "binary", "continuous"):
+            raise TypeError(f"ONNX export has no action head for {self.kind!r} outputs")
+        if self.kind == "continuous":
+            for key in ("scale", "shift", "low", "high"):
+                self.register_buffer(key, torch.as_tensor(getattr(output, key), dtype=torch.float32))
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        if self.kind == "continuous":
+            return torch.minimum(torch.maximum(y * self.scale + self.shift, self.low), self.high)
+        if self.kind == "argmax":
+            return y.argmax(dim=1)
+        if self.kind == "binary":
+            return (y > 0).to(torch.int64)
+        return y
+
+
+def output_for_action_space(network: nn.Sequential, action_space: Any) -> OutputSpec:
+    """Return SB3's deterministic post-processing of ``network``'s output for a Gymnasium ``action_space``.
+
+    A ``Box``: an output after a final ``nn.Tanh`` is unscaled from [-1, 1] to ``[low, high]`` (a squashing
+    policy, as TD3's, DDPG's and SAC's); any other output is clipped to ``[low, high]``. A ``Discrete``: the
+    argmax. Other spaces raise TypeError.
+    """
+    from gymnasium import spaces
+
+    width = read_policy(network)[0][-1].n_out
+    if isinstance(action_space, spaces.Discrete):
+        if width != int(action_space.n):
+            raise ValueError(
+                f"the network has {width} outputs, the Discrete action space {action_space.n} actions"
+            )
+        return OutputSpec(kind="argmax")
+    if not isinstance(action_space, spaces.Box):
+        raise TypeError(
+            f"exporting an nn.Module actor takes a Box or Discrete action space, got {action_space!r}"
+        )
+    low, high = (np.asarray(b, np.float64).reshape(-1) for b in (action_space.low, action_space.high))
+    if low.size != width:
+        raise ValueError(f"the network has {width} outputs, the Box action space {low.size} dimensions")
+    if isinstance(list(network.modules())[-1], nn.Tanh):
+        half = 0.5 * (high - low)
+        scale, shift, low, high = half, low + half, np.full_like(low, -np.inf), np.full_like(high, np.inf)
+    else:
+        scale, shift = np.ones_like(low), np.zeros_like(low)
+    arrays = (np.asarray(a, np.float32) for a in (scale, shift, low, high))
+    return OutputSpec("continuous", *arrays)
+
+
+def _actor_with_actions(policy: Any, action_space: Any, precision: str) -> Any:
+    """Return what to export: an SB3 model as it is, an ``nn.Sequential`` compiled with ``action_space``'s rule."""
+    if not isinstance(policy, nn.Module) or hasattr(policy, "action_space"):
+        if action_space is not None:
+            raise ValueError(
+                "a Stable-Baselines3 model brings its own action space; do not pass action_space"
+            )
+        return policy
+    if action_space is None:
+        raise ValueError(
+            "an nn.Module actor has no action space: pass action_space= (a gymnasium Box or Discrete) for SB3's "
+            "post-processing, or use rlq.deploy.write_c to export the network's outputs as they are"
+        )
+    output = output_for_action_space(policy, action_space)
+    compiled = compile_policy(policy, precision, use_kernels=False)
+    ops = list(compiled.ops)
+    if output.kind == "continuous":
+        ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
+    return CompiledPolicy(ops, output, compiled.obs_dim, use_kernels=False)
+
+
+def acting_module(policy: Any, action_space: Any = None) -> nn.Module:
+    """Return ``policy``'s action path as plain dense layers with its post-processing (:class:`ActionHead`).
+
+    Each layer holds the effective weight the PyTorch forward multiplies by (a pruning mask applied, a
+    block-circulant layer expanded), so that the module traces to stock ONNX operators. An ``nn.Sequential``
+    with an ``action_space`` gets that space's post-processing (:func:`output_for_action_space`).
+    """
+    specs, output = read_policy(policy)  # raises TypeError naming an unsupported layer
+    if action_space is not None:
+        output = output_for_action_space(policy, action_space)
+    layers: list[nn.Module] = []
+    for spec in specs:
+        if spec.kind == "linear":
+            linear = nn.Linear(spec.n_in, spec.n_out, bias=spec.bias is not None)
+            with torch.no_grad():
+                linear.weight.copy_(torch.from_numpy(spec.weight))
+                if spec.bias is not None:
+                    linear.bias.copy_(torch.from_numpy(spec.bias))
+            layers.append(linear)
+        if spec.activation != "none":
+            layers.append(nn.ReLU() if spec.activation == "relu" else nn.Tanh())
+    return nn.Sequential(*layers, ActionHead(output)).eval()
+
+
+def export_policy(
+    source: Any,
+    out: str | os.PathLike,
+    format: str = "c",
+    *,
+    precision: str = "fp32",
+    name: str = "policy",
+    action_space: Any = None,
+    calibration: np.ndarray | None = None,
+    vec_normalize: Any = None,
+) -> CExport | Path:
+    """Export ``source`` (see the module docstring) into the new folder ``out``; return what was written.
+
+    ``format="c"`` returns the :class:`rlq.deploy.export_c.CExport`; ``"onnx"`` the path of
+    ``<out>/<name>.onnx``. ``precision``: ``"fp32"`` or ``"int8"``. An ``nn.Sequential`` actor needs its
+    ``action_space`` (:func:`output_for_action_space`); an SB3 model has its own. ``calibration``: observations
+    for ONNX int8's static activation ranges (without them, dynamic quantization). ``out`` must not exist;
+    nothing is written when the source cannot be exported.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; export into a new folder")
+    policy = load_policy_source(source)
+    if format == "c":
+        actor = _actor_with_actions(policy, action_space, precision)
+        return write_c(actor, out, name=name, precision=precision, vec_normalize=vec_normalize)
+    if vec_normalize is not None:
+        raise ValueError("ONNX export does not take a VecNormalize; normalise observations before the model")
+    _actor_with_actions(policy, action_space, precision)  # the same checks
+    return _write_onnx(policy, out, name, precision, calibration, action_space)
+
+
+def _write_onnx(
+    policy: Any, out: Path, name: str, precision: str, calibration: np.ndarray | None, action_space: Any
+) -> Path:
+    from rlq.quant.onnx_backend import export_onnx
+
+    module = acting_module(policy, action_space)
+    specs, _ = read_policy(policy)
+    example = torch.zeros(1, specs[0].n_in)
+    out.mkdir(parents=True)
+    try:
+        return export_onnx(module, out / f"{name}.onnx", example, precision, calibration=calibration)
+    except BaseException:
+        for f in out.iterdir():
+            f.unlink()
+        out.rmdir()
+        raise
