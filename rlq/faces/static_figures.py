@@ -214,7 +214,9 @@ def _combo(run: Committed) -> Figures:
 def _deploy(run: Committed) -> Figures:
     """An exported policy: bytes stored per format, and each exported policy's return beside PyTorch's."""
     sizes = run.table("sizes")
-    stored = go.Figure(go.Bar(x=sizes["policy"], y=sizes["bytes"], text=sizes["bytes"], textposition="outside"))
+    stored = go.Figure(
+        go.Bar(x=sizes["policy"], y=sizes["bytes"], text=sizes["bytes"], textposition="outside")
+    )
     stored.update_layout(
         title=f"{run.label}: bytes of the actor's weights as exported (log scale)",
         yaxis=dict(type="log", title="bytes"),
