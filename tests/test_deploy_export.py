@@ -359,3 +359,27 @@ def test_weights_on_a_4_bit_grid_are_stored_exactly(tmp_path):
     x = np.random.default_rng(4).normal(size=(30, 6)).astype(np.float32)
     got = load_c_policy(write_c(compiled, tmp_path / "c"))(x)
     np.testing.assert_allclose(got, compiled(x), rtol=0, atol=1e-5)
+
+
+def test_a_4_bit_qat_policy_exports_its_own_codes(tmp_path):
+    from rlq.deploy.reader import read_policy
+    from rlq.sb3.qat_policy import convert_policy_qat_, prepare_policy_qat_
+
+    model = make_model("TD3", "Pendulum-v1", seed=1, hyperparams=dict(policy_kwargs=dict(net_arch=[64, 64])))
+    prepare_policy_qat_(model.policy, 4)
+    convert_policy_qat_(
+        model.policy
+    )  # each weight row now takes at most 16 values: QAT's codes times a scale
+    export = write_c(model, tmp_path / "c", precision="int4")
+    assert [op["kernel"] for op in export.ops][:3] == ["dense_lowbit 4-bit"] * 3
+    compiled = compile_policy(model, "int4")
+    specs, _ = read_policy(model)
+    for spec, op in zip(
+        specs, compiled.ops, strict=False
+    ):  # the packed codes are QAT's, not a second rounding
+        np.testing.assert_allclose(op.effective_weight(), spec.weight, rtol=0, atol=1e-7)
+    states, _ = rollout("Pendulum-v1", load_c_policy(export))
+    expected, _ = model.predict(states, deterministic=True)
+    _, bound = error_bound(model, compiled, states)
+    actions = load_c_policy(export)(states)
+    assert np.all(np.abs(actions - expected.reshape(actions.shape)) <= bound + 1e-5)
