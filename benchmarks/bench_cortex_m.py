@@ -2,8 +2,9 @@
 
 Actors (random weights; sizes and counts do not depend on their values beyond ``tanhf``'s paths): TD3's
 action path for Pendulum-v1 (3 observations, 1 action) and Hopper-v5 (11, 3), at rl-zoo3's 400x300 and at
-256x256, dense or with the hidden layer block-circulant (B = 16, as GST trains it), exported at fp32 and
-int8 (:func:`rlq.deploy.write_c`). ``flash``: the policy's own object (code and ``const`` weights, compiled
+256x256, dense or with the hidden layer block-circulant (B = 16, as GST trains it), exported at fp32, int8
+and int4 (:func:`rlq.deploy.write_c`; int4: the dense layers' codes packed two per byte, the block-circulant
+layer's DFTs int8). ``flash``: the policy's own object (code and ``const`` weights, compiled
 with :data:`rlq.deploy.cortex_m.CFLAGS`), without the harness and libm; ``stack``: the scratch arrays
 ``policy_act`` keeps on its stack; ``instructions``: executed per call (median over 4 observations), counted
 exactly by :func:`rlq.deploy.cortex_m.run_qemu` (instructions, not cycles). Needs ``make export-tools``.
@@ -56,7 +57,7 @@ def main() -> None:
                 np.random.default_rng(5).normal(size=(4, model.observation_space.shape[0])).astype(np.float32)
             )
             label = f"TD3 {env_id} {arch[0]}x{arch[1]}" + (f" circulant B={block}" if block else " dense")
-            for precision in ("fp32", "int8"):
+            for precision in ("fp32", "int8", "int4"):
                 tag = f"{len(list(work.iterdir()))}"
                 export = write_c(model, work / tag, precision=precision)
                 flash = cortex_m.policy_object_sizes(export.folder, work / f"{tag}o")["flash"]

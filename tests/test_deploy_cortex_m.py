@@ -229,7 +229,7 @@ def pendulum_actor():
 
 
 @needs_tools
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
 def test_an_exported_compressed_actor_acts_on_the_m4_as_in_pytorch(pendulum_actor, precision, tmp_path):
     from rlq.deploy import compile_policy, error_bound, write_c
 
@@ -241,11 +241,11 @@ def test_an_exported_compressed_actor_acts_on_the_m4_as_in_pytorch(pendulum_acto
     if precision == "fp32":
         np.testing.assert_allclose(actions, expected, rtol=0, atol=2e-5 * 2.0)
     else:
-        reference = compile_policy(model, "int8", use_kernels=False)
+        reference = compile_policy(model, precision, use_kernels=False)
         _, bound = error_bound(model, reference, obs)
         assert np.all(np.abs(actions - expected) <= bound + 2e-5)
     assert counts.min() > 0
     sizes = cortex_m.policy_object_sizes(export.folder, tmp_path / "obj", export.name)
     assert export.weight_bytes <= sizes["flash"] < export.weight_bytes + 8192
-    if precision == "int8":  # the compressed 3-256-256-1 actor fits a 16 KB flash budget
+    if precision != "fp32":  # the compressed 3-256-256-1 actor fits a 16 KB flash budget
         assert sizes["flash"] <= 16 * 1024, sizes

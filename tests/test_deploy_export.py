@@ -306,3 +306,80 @@ def test_onnx_export_of_the_other_algorithms_acts_as_predict(models, algo, tmp_p
         np.testing.assert_array_equal(got, expected)
     else:
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 7])
+def test_packed_codes_are_the_bit_stream_the_c_reader_expects(bits):
+    from rlq.deploy.formats import pack_codes, unpack_codes
+
+    codes = np.random.default_rng(bits).integers(-(2 ** (bits - 1)), 2 ** (bits - 1), size=37)
+    packed = pack_codes(codes, bits)
+    assert packed.dtype == np.uint8 and len(packed) == -(-37 * bits // 8) + 1 and packed[-1] == 0
+    # an independent reading: stream bit k is bit k % 8 of byte k // 8, code i is bits [i b, (i + 1) b)
+    as_int = int.from_bytes(packed.tobytes(), "little")
+    for i, code in enumerate(codes):
+        field = (as_int >> (i * bits)) & ((1 << bits) - 1)
+        assert field - (1 << bits) * (field >> (bits - 1)) == code
+    np.testing.assert_array_equal(unpack_codes(packed, bits, 37), codes)
+    with pytest.raises(ValueError, match=f"signed {bits}-bit range"):
+        pack_codes(np.array([2 ** (bits - 1)]), bits)
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_low_bit_c_policy_runs_the_packed_codes_within_the_bound(models, bits, tmp_path):
+    model = models["TD3"]
+    export = write_c(model, tmp_path / "c", precision=f"int{bits}")
+    kernels = [op["kernel"] for op in export.ops]
+    assert kernels[0] == kernels[2] == f"dense_lowbit {bits}-bit" and kernels[1] == "circulant_int8 B=8"
+    reference = compile_policy(model, f"int{bits}")
+    assert not reference.compiled  # no compiled kernel: NumPy computes it
+    states, _ = rollout("Pendulum-v1", load_c_policy(export))
+    actions = load_c_policy(export)(states)
+    np.testing.assert_allclose(actions, reference(states), rtol=0, atol=1e-4)
+    exact, bound = error_bound(model, reference, states)
+    expected, _ = model.predict(states, deterministic=True)
+    np.testing.assert_array_less(np.abs(actions - expected.reshape(actions.shape)), bound + 1e-5)
+    # the first layer's 3x64 codes take 3 * 64 * bits bits in the stream, plus its trailing byte
+    source = export.source.read_text()
+    assert f"static const uint8_t policy_l0_codes{bits}[{-(-3 * 64 * bits // 8) + 1}]" in source
+    assert export.weight_bytes < write_c(model, tmp_path / "int8", precision="int8").weight_bytes
+
+
+def test_weights_on_a_4_bit_grid_are_stored_exactly(tmp_path):
+    from rlq.quant.tensor import quantize_tensor
+
+    torch.manual_seed(2)
+    net = nn.Sequential(nn.Linear(6, 40), nn.ReLU(), nn.Linear(40, 2))
+    with torch.no_grad():  # what a 4-bit QAT layer multiplies by: per-row symmetric codes times scales
+        for layer in (net[0], net[2]):
+            layer.weight.copy_(quantize_tensor(layer.weight, 4, per_channel_axis=0))
+    compiled = compile_policy(net, "int4")
+    for op, layer in zip([compiled.ops[0], compiled.ops[1]], (net[0], net[2]), strict=True):
+        np.testing.assert_allclose(op.effective_weight(), layer.weight.detach().double().numpy(), rtol=1e-6)
+    x = np.random.default_rng(4).normal(size=(30, 6)).astype(np.float32)
+    got = load_c_policy(write_c(compiled, tmp_path / "c"))(x)
+    np.testing.assert_allclose(got, compiled(x), rtol=0, atol=1e-5)
+
+
+def test_a_4_bit_qat_policy_exports_its_own_codes(tmp_path):
+    from rlq.deploy.reader import read_policy
+    from rlq.sb3.qat_policy import convert_policy_qat_, prepare_policy_qat_
+
+    model = make_model("TD3", "Pendulum-v1", seed=1, hyperparams=dict(policy_kwargs=dict(net_arch=[64, 64])))
+    prepare_policy_qat_(model.policy, 4)
+    convert_policy_qat_(
+        model.policy
+    )  # each weight row now takes at most 16 values: QAT's codes times a scale
+    export = write_c(model, tmp_path / "c", precision="int4")
+    assert [op["kernel"] for op in export.ops][:3] == ["dense_lowbit 4-bit"] * 3
+    compiled = compile_policy(model, "int4")
+    specs, _ = read_policy(model)
+    for spec, op in zip(
+        specs, compiled.ops, strict=False
+    ):  # the packed codes are QAT's, not a second rounding
+        np.testing.assert_allclose(op.effective_weight(), spec.weight, rtol=0, atol=1e-7)
+    states, _ = rollout("Pendulum-v1", load_c_policy(export))
+    expected, _ = model.predict(states, deterministic=True)
+    _, bound = error_bound(model, compiled, states)
+    actions = load_c_policy(export)(states)
+    assert np.all(np.abs(actions - expected.reshape(actions.shape)) <= bound + 1e-5)

@@ -2,9 +2,9 @@
 
 :func:`write_c` takes what :func:`rlq.deploy.compile_policy` takes (an SB3 model or an ``nn.Sequential``
 actor, plain, pruned or block-circulant) and writes its layers in the forms the runtime packs them in
-(:mod:`rlq.deploy.formats`, :mod:`rlq.deploy.frequency`): float32 matrices, int8 codes with per-row scales,
-the kept blocks of a pruned layer with their block-CSR indices, the half-complex DFTs of block-circulant
-B-vectors, all as ``const`` arrays, with the kernels of ``rlq/deploy/export_kernels.h`` (plain loops, no
+(:mod:`rlq.deploy.formats`, :mod:`rlq.deploy.frequency`): float32 matrices, int8 codes with per-row scales
+(or 2-7-bit codes packed into a bit stream), the kept blocks of a pruned layer with their block-CSR indices,
+the half-complex DFTs of block-circulant B-vectors, all as ``const`` arrays, with the kernels of ``rlq/deploy/export_kernels.h`` (plain loops, no
 allocation, no library call but ``tanhf``). The file exposes one function::
 
     void <name>_act(const float *obs, float *action);
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rlq.deploy.formats import Affine, DenseF32, DenseI8, PackedOp, SparseI8
+from rlq.deploy.formats import Affine, DenseF32, DenseI8, DenseLowBit, PackedOp, SparseI8
 from rlq.deploy.frequency import Circulant, dft_tables
 from rlq.deploy.runtime import CompiledPolicy, compile_policy
 
@@ -39,7 +39,13 @@ CIRCULANT_KINDS = {
     "int16": ("RLQ_CIRC_I16", "int16_t"),
     "int8": ("RLQ_CIRC_I8", "int8_t"),
 }
-C_TYPES = {"float": np.float32, "int8_t": np.int8, "int16_t": np.int16, "int32_t": np.int32}
+C_TYPES = {
+    "float": np.float32,
+    "uint8_t": np.uint8,
+    "int8_t": np.int8,
+    "int16_t": np.int16,
+    "int32_t": np.int32,
+}
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,30}")
 VALUES_PER_LINE = 16
 
@@ -144,6 +150,17 @@ def _emit_op(e: _Emitter, i: int, op: PackedOp, x: str, y: str) -> None:
             f"rlq_sparse_i8({op.n_in}, {op.n_out}, {r}, {k}, {op.block_rows}, {w}, {rowptr}, {col}, "
             f"{scale}, {colsum}, {bias}, {act}, {x}, {y}, u);"
         )
+    elif isinstance(op, DenseLowBit):
+        e.uses.update({"DENSE_LOWBIT", "CODES"})
+        stream = e.array(f"{p}_codes{op.bits}", a["packed"], "uint8_t")
+        scale, colsum = (
+            e.array(f"{p}_scale", a["scale"], "float"),
+            e.array(f"{p}_colsum", a["colsum"], "int32_t"),
+        )
+        e.calls.append(
+            f"rlq_dense_lowbit({op.n_in}, {op.n_out}, {op.bits}, {stream}, {scale}, {colsum}, {bias}, {act}, "
+            f"{x}, {y}, u);"
+        )
     elif isinstance(op, DenseI8):
         e.uses.update({"DENSE_I8", "CODES"})
         w = e.array(f"{p}_codes", op.codes, "int8_t")
@@ -206,7 +223,10 @@ def _scratch(compiled: CompiledPolicy, obs_dim: int) -> dict[str, int]:
     width = max([obs_dim] + [max(op.n_in, op.n_out) for op in ops])
     circ = [op for op in ops if isinstance(op, Circulant)]
     chunk = max([op.blocks_in * op.block_size for op in circ] + [1])
-    codes = max([op.n_in for op in ops if isinstance(op, DenseI8 | SparseI8)] + [2 * chunk if circ else 1])
+    codes = max(
+        [op.n_in for op in ops if isinstance(op, DenseI8 | SparseI8 | DenseLowBit)]
+        + [2 * chunk if circ else 1]
+    )
     block = max([op.block_size for op in circ] + [1])
     return dict(width=width, chunk=chunk, codes=codes, acc=2 * block)
 
@@ -320,7 +340,8 @@ def write_c(
     """Write ``<name>.h`` and ``<name>.c`` of ``policy`` into the new folder ``out``; return what they state.
 
     ``policy``: what :func:`rlq.deploy.compile_policy` takes, or a :class:`CompiledPolicy`; ``precision``
-    and ``circulant_precision`` as there (int8 stores codes and per-row scales; block-circulant layers keep
+    and ``circulant_precision`` as there (int8 stores codes and per-row scales, ``"int2"`` to ``"int7"`` such
+    codes packed into a bit stream, ``bits`` per weight; block-circulant layers keep
     their DFTs at ``circulant_precision``; ``sparse_block`` forces the block shape of pruned layers). ``vec_normalize``: a ``VecNormalize`` whose observation
     normalisation the C function applies first. ``out`` must not exist: the folder appears whole or not at
     all, and an unsupported layer or space raises before anything is written.

@@ -10,6 +10,7 @@
  *   call to uint8 codes with its own scale s and zero point z (as ONNX Runtime's DynamicQuantizeLinear), an
  *   exact int32 sum of code products, dequantized once: y = (sum - z * colsum) * (s * scale) + b.
  *   The sparse kernel reads only the kept R x K blocks of each block row (rowptr, col: block-CSR).
+ * - rlq_dense_lowbit: the same arithmetic over 2-7-bit codes packed into a bit stream, unpacked as read.
  * - rlq_circulant: a block-circulant layer as the half-complex real DFTs of its B-vectors (float32, int16 or
  *   int8 codes with one scale per block row and component): the input chunks' DFTs by a table, two
  *   multiply-adds per stored value (the real and the swapped spectrum), the inverse DFT by a second table
@@ -54,22 +55,28 @@ static void rlq_activate(float *y, int n, int activation) {
 #ifdef RLQ_USES_DENSE_F32
 static void rlq_dense_f32(int n_in, int n_out, const float *w, const float *b, int activation,
                           const float *x, float *y) {
-    int o, i, k;
+    int o, i;
     for (o = 0; o < n_out; o++) {
-        /* eight partial sums, added in a fixed tree: a compiler may keep them in one vector register
-         * without reordering any float addition */
+        /* eight partial sums, added in a fixed tree: a host compiler may keep them in one vector register,
+         * a Cortex-M in eight float registers, without reordering any float addition */
         const float *row = w + (long)o * n_in;
-        float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, acc;
+        float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f, p4 = 0.0f, p5 = 0.0f, p6 = 0.0f, p7 = 0.0f, acc;
         for (i = 0; i + 8 <= n_in; i += 8) {
-            for (k = 0; k < 8; k++) part[k] += row[i + k] * x[i + k];
+            p0 += row[i] * x[i];
+            p1 += row[i + 1] * x[i + 1];
+            p2 += row[i + 2] * x[i + 2];
+            p3 += row[i + 3] * x[i + 3];
+            p4 += row[i + 4] * x[i + 4];
+            p5 += row[i + 5] * x[i + 5];
+            p6 += row[i + 6] * x[i + 6];
+            p7 += row[i + 7] * x[i + 7];
         }
-        acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        acc = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7));
         for (; i < n_in; i++) acc += row[i] * x[i];
         y[o] = b ? acc + b[o] : acc;
     }
     rlq_activate(y, n_out, activation);
 }
-
 #endif
 
 #ifdef RLQ_USES_CODES
@@ -108,6 +115,34 @@ static void rlq_dense_i8(int n_in, int n_out, const int8_t *w, const float *wsca
     rlq_activate(y, n_out, activation);
 }
 
+#endif
+
+#ifdef RLQ_USES_DENSE_LOWBIT
+/* Code i of a little-endian stream of signed bits-bit codes (bits <= 8: it spans at most two bytes; the
+ * stream holds one byte past its last code). */
+static int32_t rlq_code(const uint8_t *stream, long i, int bits) {
+    long bit = i * bits;
+    uint32_t word = (uint32_t)stream[bit >> 3] | ((uint32_t)stream[(bit >> 3) + 1] << 8);
+    int32_t v = (int32_t)((word >> (bit & 7)) & ((1u << bits) - 1u));
+    return v >= (1 << (bits - 1)) ? v - (1 << bits) : v;
+}
+
+/* rlq_dense_i8's arithmetic over bits-bit codes packed row-major (rlq.deploy.formats.pack_codes). */
+static void rlq_dense_lowbit(int n_in, int n_out, int bits, const uint8_t *stream, const float *wscale,
+                             const int32_t *colsum, const float *b, int activation, const float *x, float *y,
+                             uint8_t *u) {
+    float s;
+    int32_t z;
+    int o, i;
+    rlq_quantize_input(x, n_in, u, &s, &z);
+    for (o = 0; o < n_out; o++) {
+        int32_t acc = 0;
+        for (i = 0; i < n_in; i++) acc += (int32_t)u[i] * rlq_code(stream, (long)o * n_in + i, bits);
+        y[o] = (float)(acc - z * colsum[o]) * (s * wscale[o]);
+        if (b) y[o] += b[o];
+    }
+    rlq_activate(y, n_out, activation);
+}
 #endif
 
 #ifdef RLQ_USES_SPARSE_I8

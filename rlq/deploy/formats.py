@@ -193,10 +193,10 @@ class _Int8Rows(PackedOp):
 
     quantizes_activations = True
 
-    def _quantize(self, spec: LinearSpec) -> np.ndarray:
+    def _quantize(self, spec: LinearSpec, bits: int = 8) -> np.ndarray:
         check_int8_width(spec.name, spec.n_in)
         codes, scale, _ = quantize_to_codes(
-            torch.from_numpy(spec.weight), 8, per_channel_axis=0, what=f"the weight of layer {spec.name!r}"
+            torch.from_numpy(spec.weight), bits, per_channel_axis=0, what=f"the weight of layer {spec.name!r}"
         )
         self.codes = codes.numpy().astype(np.int8)  # (out, in), kept for the fallback and the bounds
         self.arrays["scale"] = scale.reshape(-1).numpy().astype(np.float32)
@@ -252,6 +252,58 @@ class DenseI8(_Int8Rows):
 
     def work_bytes(self) -> int:
         return self.in_pad
+
+
+LOW_BITS = (2, 3, 4, 5, 6, 7)
+"""Weight widths :class:`DenseLowBit` packs (8 is :class:`DenseI8`)."""
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Return signed ``bits``-bit ``codes`` (flattened) as a little-endian bit stream of uint8, plus one zero byte.
+
+    Code ``i`` is the two's-complement value in bits ``[i * bits, (i + 1) * bits)`` of the stream (bit ``k`` of
+    byte ``k // 8`` is stream bit ``k``); the extra byte lets a reader fetch two bytes for any code.
+    """
+    flat = np.asarray(codes, np.int64).reshape(-1)
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    if flat.size and (flat.min() < low or flat.max() > high):
+        raise ValueError(f"codes outside the signed {bits}-bit range [{low}, {high}]")
+    unsigned = (flat & ((1 << bits) - 1)).astype(np.uint64)
+    stream = ((unsigned[:, None] >> np.arange(bits, dtype=np.uint64)) & 1).astype(np.uint8).reshape(-1)
+    packed = np.packbits(stream, bitorder="little")
+    return np.concatenate([packed, np.zeros(1, np.uint8)])
+
+
+def unpack_codes(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Return the ``count`` signed codes of a stream written by :func:`pack_codes` (its inverse)."""
+    stream = np.unpackbits(np.asarray(packed, np.uint8), bitorder="little")[: count * bits].reshape(
+        count, bits
+    )
+    unsigned = (stream.astype(np.int64) << np.arange(bits)).sum(axis=1)
+    return np.where(unsigned >= 2 ** (bits - 1), unsigned - 2**bits, unsigned)
+
+
+class DenseLowBit(_Int8Rows):
+    """A Linear layer as ``bits``-bit codes (2 to 7), one scale per output row, packed into a bit stream.
+
+    The arithmetic is :class:`DenseI8`'s (codes in ``[-(2^(b-1) - 1), 2^(b-1) - 1]``, ``scale = max|w| /
+    (2^(b-1) - 1)`` per row, the input quantized per row to uint8 on the fly); only the storage differs: ``b``
+    bits per weight. The exported C file unpacks each code as it multiplies by it; the runtime's compiled
+    kernels have no such op, so a policy holding one runs in NumPy (``use_kernels=False``).
+    """
+
+    kernel, code_name = "dense_lowbit", ""
+
+    def __init__(self, spec: LinearSpec, bits: int):
+        if bits not in LOW_BITS:
+            raise ValueError(f"low-bit weights take bits in {LOW_BITS}, got {bits!r}")
+        super().__init__(spec.name, spec.n_in, spec.n_out, spec.activation)
+        self.bits = bits
+        codes = self._quantize(spec, bits)
+        self.arrays["packed"] = pack_codes(codes, bits)
+
+    def describe(self) -> str:
+        return f"{self.kernel} {self.bits}-bit"
 
 
 def kept_blocks(nonzero: np.ndarray, block: tuple[int, int]) -> np.ndarray:

@@ -28,11 +28,13 @@ import numpy as np
 from rlq.core.kernels import kernels_switched_on
 from rlq.deploy.formats import (
     ACTION_SCALING,
+    LOW_BITS,
     MAX_SPARSE_DENSITY,
     SPARSE_BLOCKS,
     Affine,
     DenseF32,
     DenseI8,
+    DenseLowBit,
     PackedOp,
     SparseI8,
     check_block,
@@ -49,7 +51,9 @@ except ImportError:  # pragma: no cover - depends on the install
 
 USE_KERNELS = kernels_switched_on("RLQ_DEPLOY_KERNELS")
 """Whether compiled policies use the compiled kernels when they are built (``RLQ_DEPLOY_KERNELS=0`` to compare)."""
-LAYER_PRECISIONS = ("fp32", "int8")
+LAYER_PRECISIONS = ("fp32", "int8", *(f"int{b}" for b in LOW_BITS))
+"""How layers that are not block-circulant are stored: fp32, int8, or 2-7-bit codes packed (:class:`DenseLowBit`,
+which the NumPy forward and the exported C file run, not the compiled kernels)."""
 
 
 def kernels_available() -> bool:
@@ -71,6 +75,8 @@ def plan_layer(
         return Circulant(spec, circulant_precision)
     if precision == "fp32":
         return DenseF32(spec)
+    if precision != "int8":
+        return DenseLowBit(spec, int(precision[3:]))
     nonzero = spec.weight != 0
     if sparse_block is not None:
         density = float(kept_blocks(nonzero, sparse_block).mean())
@@ -93,7 +99,8 @@ class CompiledPolicy:
         self.output = output
         self.obs_dim = obs_dim
         self.out_dim = ops[-1].n_out
-        self.compiled = bool(use_kernels and _policy_kernels is not None)
+        # an op without a compiled kernel (a low-bit layer) runs the whole policy in NumPy
+        self.compiled = bool(use_kernels and _policy_kernels is not None and all(op.code_name for op in ops))
         self._program = self._build_program() if self.compiled else None
         self._program_ptr = 0 if self._program is None else int(self._program.__array_interface__["data"][0])
 
@@ -170,7 +177,7 @@ class CompiledPolicy:
 def _check_options(precision: str, circulant_precision: str | None, max_sparse_density: float) -> str:
     if precision not in LAYER_PRECISIONS:
         raise ValueError(f"precision must be one of {LAYER_PRECISIONS}, got {precision!r}")
-    circulant = circulant_precision or precision
+    circulant = circulant_precision or (precision if precision in PRECISIONS else "int8")
     if circulant not in PRECISIONS:
         raise ValueError(
             f"circulant_precision must be one of {tuple(PRECISIONS)}, got {circulant_precision!r}"
@@ -199,8 +206,10 @@ def compile_policy(
     ``precision``: how layers that are not block-circulant are stored, ``"fp32"`` or ``"int8"`` (weights
     per output channel, inputs quantized per row on the fly; pruned layers block-sparse where their zeros
     fill blocks: ``sparse_block`` forces a ``(rows, inputs)`` block shape, ``max_sparse_density`` is the
-    largest fraction of kept blocks worth it). ``circulant_precision``: the block-circulant layers' stored
-    DFTs, ``"fp32"``, ``"int8"`` or ``"int16"`` (default: ``precision``).
+    largest fraction of kept blocks worth it); or ``"int2"`` to ``"int7"``: dense codes of that width packed
+    into a bit stream (:class:`rlq.deploy.formats.DenseLowBit`; NumPy and the exported C file run them, the
+    compiled kernels do not). ``circulant_precision``: the block-circulant layers' stored DFTs, ``"fp32"``,
+    ``"int8"`` or ``"int16"`` (default: ``precision``, ``"int8"`` under a low-bit ``precision``).
 
     ``use_kernels``: None uses the compiled kernels where built (see :data:`USE_KERNELS`); False forces the
     NumPy fallback. Unsupported layers and spaces raise a ``TypeError`` naming them. How close the result is

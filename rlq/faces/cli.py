@@ -278,7 +278,10 @@ def _add_export(sub: Any) -> None:
     p.add_argument("--format", choices=("c", "onnx"), default="c")
     p.add_argument("--out", type=Path, required=True, help="a new folder for the files")
     p.add_argument(
-        "--precision", choices=("fp32", "int8"), default="fp32", help="how dense layers are stored"
+        "--precision",
+        choices=("fp32", "int8", "int4", "int2"),
+        default="fp32",
+        help="how dense layers are stored (int4, int2: codes packed into bit streams; C only)",
     )
     p.add_argument("--name", default="policy", help="the files' and C function's prefix (a C identifier)")
     p.set_defaults(func=_cmd_export)
