@@ -70,6 +70,18 @@ def run_cli(
     )
 
 
+DEPLOY_ALGOS = {
+    "TD3": "Pendulum-v1",
+    "DDPG": "Pendulum-v1",
+    "SAC": "Pendulum-v1",
+    "PPO": "Pendulum-v1",
+    "A2C": "CartPole-v1",
+    "DQN": "CartPole-v1",
+}
+"""Every algorithm rlq compresses, with the task its deployment tests act on (discrete: A2C, DQN)."""
+DEPLOY_DISCRETE = {"A2C", "DQN"}
+
+
 def relu_mlp(sizes=(6, 16, 16, 16, 3)) -> nn.Sequential:
     """Return a small ReLU MLP with the given layer widths (no activation after the last layer)."""
     layers: list[nn.Module] = []

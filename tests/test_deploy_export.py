@@ -9,6 +9,7 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from torch import nn
 
+from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE
 from rlq.compress import block_circulant_
 from rlq.deploy import FP32_RTOL, compile_policy, error_bound
 from rlq.deploy.c_build import c_compiler, load_c_policy
@@ -19,15 +20,7 @@ from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network
 from rlq.sb3.checkpoint import save_compressed
 
-ALGOS = {
-    "TD3": "Pendulum-v1",
-    "DDPG": "Pendulum-v1",
-    "SAC": "Pendulum-v1",
-    "PPO": "Pendulum-v1",
-    "A2C": "CartPole-v1",
-    "DQN": "CartPole-v1",
-}
-DISCRETE = {"A2C", "DQN"}
+ALGOS, DISCRETE = DEPLOY_ALGOS, DEPLOY_DISCRETE
 
 pytestmark = pytest.mark.skipif(c_compiler() is None, reason="no C compiler (install gcc)")
 
@@ -197,7 +190,7 @@ def test_cli_exports_a_model_file_and_refuses_an_existing_folder(models, tmp_pat
     assert not (tmp_path / "junk").exists()
 
 
-@pytest.mark.parametrize("algo", ["TD3", "DQN"])
+@pytest.mark.parametrize("algo", list(ALGOS))
 def test_onnx_export_carries_the_post_processing(models, algo, tmp_path):
     pytest.importorskip("onnxruntime")
     from rlq.quant.onnx_backend import OnnxPolicy
@@ -290,22 +283,6 @@ def test_an_sb3_model_refuses_a_second_action_space(models, tmp_path):
     with pytest.raises(ValueError, match="brings its own action space"):
         export_policy(models["TD3"], tmp_path / "c", action_space=spaces.Discrete(2))
     assert not (tmp_path / "c").exists()
-
-
-@pytest.mark.parametrize("algo", ["DDPG", "SAC", "PPO", "A2C"])
-def test_onnx_export_of_the_other_algorithms_acts_as_predict(models, algo, tmp_path):
-    pytest.importorskip("onnxruntime")
-    from rlq.quant.onnx_backend import OnnxPolicy
-
-    model = models[algo]
-    path = export_policy(model, tmp_path / "onnx", "onnx")
-    states, _ = rollout(ALGOS[algo], lambda o: model.predict(o, deterministic=True)[0].reshape(1, -1))
-    expected, _ = model.predict(states, deterministic=True)
-    got = OnnxPolicy(path)(states)
-    if algo in DISCRETE:
-        np.testing.assert_array_equal(got, expected)
-    else:
-        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 7])

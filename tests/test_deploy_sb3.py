@@ -11,21 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE
 from rlq.compress import block_circulant_
 from rlq.deploy import FP32_RTOL, compile_policy, error_bound, kernels_available
 from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network
 
 ROOT = Path(__file__).resolve().parent.parent
-ALGOS = {
-    "TD3": "Pendulum-v1",
-    "DDPG": "Pendulum-v1",
-    "SAC": "Pendulum-v1",
-    "PPO": "Pendulum-v1",
-    "A2C": "CartPole-v1",
-    "DQN": "CartPole-v1",
-}
-DISCRETE = {"A2C", "DQN"}
+ALGOS, DISCRETE = DEPLOY_ALGOS, DEPLOY_DISCRETE
 
 
 @pytest.fixture(scope="module")
