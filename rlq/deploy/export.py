@@ -131,21 +131,30 @@ def output_for_action_space(network: nn.Sequential, action_space: Any) -> Output
     return OutputSpec("continuous", *arrays)
 
 
-def _actor_with_actions(policy: Any, action_space: Any, precision: str) -> Any:
-    """Return what to export: an SB3 model as it is, an ``nn.Sequential`` compiled with ``action_space``'s rule."""
+def _takes_action_space(policy: Any, action_space: Any) -> bool:
+    """Return whether ``policy`` is an ``nn.Module`` actor given its ``action_space``; raise for a mismatch.
+
+    An SB3 model (or policy) brings its own action space, so ``action_space`` must be None; an actor without
+    one has none, so it must be given.
+    """
     if not isinstance(policy, nn.Module) or hasattr(policy, "action_space"):
         if action_space is not None:
             raise ValueError(
                 "a Stable-Baselines3 model brings its own action space; do not pass action_space"
             )
-        return policy
+        return False
     if action_space is None:
         raise ValueError(
             "an nn.Module actor has no action space: pass action_space= (a gymnasium Box or Discrete) for SB3's "
             "post-processing, or use rlq.deploy.write_c to export the network's outputs as they are"
         )
-    output = output_for_action_space(policy, action_space)
-    compiled = compile_policy(policy, precision, use_kernels=False)
+    return True
+
+
+def _compiled_with_actions(actor: nn.Sequential, action_space: Any, precision: str) -> CompiledPolicy:
+    """Return ``actor`` compiled at ``precision`` with ``action_space``'s post-processing after it."""
+    output = output_for_action_space(actor, action_space)
+    compiled = compile_policy(actor, precision, use_kernels=False)
     ops = list(compiled.ops)
     if output.kind == "continuous":
         ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
@@ -201,12 +210,12 @@ def export_policy(
     if out.exists():
         raise FileExistsError(f"{out} exists; export into a new folder")
     policy = load_policy_source(source)
+    module_actor = _takes_action_space(policy, action_space)
     if format == "c":
-        actor = _actor_with_actions(policy, action_space, precision)
+        actor = _compiled_with_actions(policy, action_space, precision) if module_actor else policy
         return write_c(actor, out, name=name, precision=precision, vec_normalize=vec_normalize)
     if vec_normalize is not None:
         raise ValueError("ONNX export does not take a VecNormalize; normalise observations before the model")
-    _actor_with_actions(policy, action_space, precision)  # the same checks
     return _write_onnx(policy, out, name, precision, calibration, action_space)
 
 
