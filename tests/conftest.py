@@ -82,6 +82,23 @@ DEPLOY_ALGOS = {
 DEPLOY_DISCRETE = {"A2C", "DQN"}
 
 
+def circulant_deploy_models(seed: int) -> dict:
+    """Untrained :data:`DEPLOY_ALGOS` models with a 64-64 action path whose hidden layer is block-circulant (B = 8)."""
+    import torch
+
+    from rlq.compress import block_circulant_
+    from rlq.rl.agents import make_model
+    from rlq.sb3.action_path import action_network
+
+    torch.set_num_threads(1)
+    built = {}
+    for algo, env_id in DEPLOY_ALGOS.items():
+        model = make_model(algo, env_id, seed=seed, hyperparams=dict(policy_kwargs=dict(net_arch=[64, 64])))
+        assert block_circulant_(action_network(model)[0], 8).compressed, algo
+        built[algo] = model
+    return built
+
+
 def relu_mlp(sizes=(6, 16, 16, 16, 3)) -> nn.Sequential:
     """Return a small ReLU MLP with the given layer widths (no activation after the last layer)."""
     layers: list[nn.Module] = []

@@ -9,15 +9,13 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from torch import nn
 
-from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE
-from rlq.compress import block_circulant_
+from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE, circulant_deploy_models
 from rlq.deploy import FP32_RTOL, compile_policy, error_bound
 from rlq.deploy.c_build import c_compiler, load_c_policy
 from rlq.deploy.export import export_policy
 from rlq.deploy.export_c import write_c
 from rlq.faces.cli import main
 from rlq.rl.agents import make_model
-from rlq.sb3.action_path import action_network
 from rlq.sb3.checkpoint import save_compressed
 
 ALGOS, DISCRETE = DEPLOY_ALGOS, DEPLOY_DISCRETE
@@ -28,14 +26,7 @@ pytestmark = pytest.mark.skipif(c_compiler() is None, reason="no C compiler (ins
 @pytest.fixture(scope="module")
 def models():
     """Untrained models with a 64-64 action path whose hidden layer is block-circulant (B = 8)."""
-    torch.set_num_threads(1)
-    built = {}
-    for algo, env_id in ALGOS.items():
-        model = make_model(algo, env_id, seed=3, hyperparams=dict(policy_kwargs=dict(net_arch=[64, 64])))
-        network, _ = action_network(model)
-        assert block_circulant_(network, 8).compressed, algo
-        built[algo] = model
-    return built
+    return circulant_deploy_models(seed=3)
 
 
 def rollout(env_id: str, act, steps: int = 120, seed: int = 0) -> tuple[np.ndarray, float]:

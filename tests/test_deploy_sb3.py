@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE
-from rlq.compress import block_circulant_
+from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE, circulant_deploy_models
 from rlq.deploy import FP32_RTOL, compile_policy, error_bound, kernels_available
 from rlq.rl.agents import make_model
-from rlq.sb3.action_path import action_network
 
 ROOT = Path(__file__).resolve().parent.parent
 ALGOS, DISCRETE = DEPLOY_ALGOS, DEPLOY_DISCRETE
@@ -24,15 +22,7 @@ ALGOS, DISCRETE = DEPLOY_ALGOS, DEPLOY_DISCRETE
 @pytest.fixture(scope="module")
 def models():
     """Untrained models with a 64-64 action path whose hidden layer is block-circulant (B = 8)."""
-    torch.set_num_threads(1)
-    built = {}
-    for algo, env_id in ALGOS.items():
-        model = make_model(algo, env_id, seed=2, hyperparams=dict(policy_kwargs=dict(net_arch=[64, 64])))
-        network, _ = action_network(model)
-        report = block_circulant_(network, 8)
-        assert report.compressed, algo
-        built[algo] = model
-    return built
+    return circulant_deploy_models(seed=2)
 
 
 def rollout(env_id: str, act, steps: int = 150, seed: int = 0) -> np.ndarray:
