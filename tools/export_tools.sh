@@ -7,12 +7,8 @@
 set -euo pipefail
 DEBS="gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm"
 
-missing=$(for deb in $DEBS; do dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q "ok installed" || echo "$deb"; done)
-if [ -n "$missing" ]; then
-    echo "export-tools: installing Debian packages: $missing"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/apt_missing.sh"
+# shellcheck disable=SC2086
+install_missing export-tools $DEBS
 arm-none-eabi-gcc --version | head -n 1
 qemu-system-arm --version | head -n 1

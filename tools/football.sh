@@ -15,13 +15,9 @@ CACHE=${RLQ_CACHE:-$HOME/.cache/rlq}/football/$KEY
 DEBS="libsdl2-dev libsdl2-image-dev libsdl2-ttf-dev libsdl2-gfx-dev libboost-python-dev libboost-thread-dev \
 libboost-system-dev libboost-filesystem-dev cmake g++"
 
-missing=$(for deb in $DEBS; do dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q "ok installed" || echo "$deb"; done)
-if [ -n "$missing" ]; then
-    echo "football: installing Debian packages: $missing"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/apt_missing.sh"
+# shellcheck disable=SC2086
+install_missing football $DEBS
 
 wheel=$(ls "$CACHE"/gfootball-"$VERSION"-*.whl 2>/dev/null | head -n 1 || true)
 if [ -z "$wheel" ]; then
