@@ -1,7 +1,7 @@
 """Build an exported policy's C file for this machine and call it from Python (ctypes).
 
 :func:`load_c_policy` compiles ``<name>.c`` with the system C compiler into a shared library in a
-temporary folder, with the flags a strict build of the file must pass (:data:`STRICT_FLAGS`), and returns a
+temporary folder (removed once the library is loaded), with the flags a strict build of the file must pass (:data:`STRICT_FLAGS`), and returns a
 :class:`CPolicy`: a callable from a float32 ``(batch, obs_dim)`` array to the ``(batch, action_dim)``
 actions ``<name>_act`` writes, one observation per call.
 """
@@ -53,7 +53,6 @@ class CPolicy:
 
     def __init__(self, export: CExport, library: Path):
         self.export = export
-        self.library = library
         self._lib = ctypes.CDLL(str(library))
         self._act = getattr(self._lib, f"{export.name}_act")
         self._act.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -76,7 +75,7 @@ class CPolicy:
 
 def load_c_policy(export: CExport, flags: tuple[str, ...] = ()) -> CPolicy:
     """Return :class:`CPolicy` of ``export``, compiled as a shared library (``-O2 -fPIC`` plus ``flags``)."""
-    build = Path(tempfile.mkdtemp(prefix="rlq-c-"))
-    library = build / f"lib{export.name}.so"
-    compile_c([export.source], library, ("-shared", "-fPIC", f"-I{export.folder}", *flags))
-    return CPolicy(export, library)
+    with tempfile.TemporaryDirectory(prefix="rlq-c-") as build:
+        library = Path(build) / f"lib{export.name}.so"
+        compile_c([export.source], library, ("-shared", "-fPIC", f"-I{export.folder}", *flags))
+        return CPolicy(export, library)  # loaded: the mapping outlives the file
