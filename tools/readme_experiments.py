@@ -44,14 +44,14 @@ def table(experiments: Iterable[Experiment]) -> str:
     return "\n".join(rows)
 
 
-def splice(text: str, generated: str) -> str:
-    """Return ``text`` with what lies between its :data:`BEGIN` and :data:`END` lines replaced by ``generated``."""
+def splice(text: str, generated: str, begin: str = BEGIN, end: str = END) -> str:
+    """Return ``text`` with what lies between its ``begin`` and ``end`` lines replaced by ``generated``."""
     lines = text.split("\n")
-    begins = [i for i, line in enumerate(lines) if line.strip() == BEGIN]
-    ends = [i for i, line in enumerate(lines) if line.strip() == END]
+    begins = [i for i, line in enumerate(lines) if line.strip() == begin]
+    ends = [i for i, line in enumerate(lines) if line.strip() == end]
     if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
         raise MarkersError(
-            f"expected one {BEGIN!r} line followed by one {END!r} line; found {len(begins)} and {len(ends)}"
+            f"expected one {begin!r} line followed by one {end!r} line; found {len(begins)} and {len(ends)}"
         )
     return "\n".join([*lines[: begins[0] + 1], generated, *lines[ends[0] :]])
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from rlq.experiments.paths import default_runs_dir
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment, list_experiments
+from rlq.faces.cli_campaign import add_campaign_parser
 from rlq.faces.cli_sweep import add_sweep_parser
 
 EXIT_BAD_INPUT = 2
@@ -302,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
 
     add_sweep_parser(sub)
+
+    add_campaign_parser(sub)
 
     p = sub.add_parser("runs", help="list run folders and their state (ok, failed, running, interrupted)")
     p.add_argument("name", nargs="?", help="only this experiment's runs")

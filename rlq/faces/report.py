@@ -157,6 +157,10 @@ def collect_runs(runs_dir: str | Path, results_dir: str | Path | None = None) ->
                 RunRecord(folder.parent.name, folder.name, UNREADABLE, folder, True, {}, {"error": str(e)})
             )
             continue
+        if results.get(
+            "confirmatory"
+        ):  # the registered design's runs: judged by rlq campaign, not by these rules
+            continue
         status = results.get("status", "unknown")
         records.append(RunRecord(folder.parent.name, folder.name, status, folder, True, params, results))
     return records

@@ -265,6 +265,7 @@ def committed_runs(results_dir: str | Path | None = None) -> list[Committed]:
     return [
         Committed(path.parent.parent.name, path.parent.name, path.parent)
         for path in sorted(root.glob(f"*/*/{RESULTS_FILE}"))
+        if not read_json(path).get("confirmatory")  # the registered design's runs have no headline figures
     ]
 
 

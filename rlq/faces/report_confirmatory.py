@@ -1,0 +1,88 @@
+"""The README's table of confirmatory verdicts: every registered claim, its seeds done and its outcome.
+
+Only runs of the registered design (:mod:`rlq.experiments.claim_design`), published by ``rlq campaign``,
+decide a verdict here; exploratory results are reported apart (:mod:`rlq.faces.report_claims`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from rlq.experiments import confirmatory_statistics as cs
+from rlq.experiments.campaign import (
+    campaign_state,
+    claim_outcomes,
+    expected_minutes,
+    registered_commit,
+    results_root,
+)
+from rlq.experiments.claim_design import RegisteredClaim
+from rlq.experiments.paths import repo_root
+
+HEADER = "| Claim | Paper | Registered test | Seeds done | Ours [one-sided 95% bounds] | Verdict |"
+
+
+def _test(claim: RegisteredClaim) -> str:
+    if claim.statistic == "joint":
+        return "every part holds"
+    if not claim.runs:
+        return "-"
+    what = {
+        "t_mean": "mean",
+        "t_paired_difference": "paired difference",
+        "t_paired_change_pct": "paired change",
+    }
+    return f"{what[claim.statistic]} {claim.direction} {claim.threshold:g} {claim.unit} (`{claim.preset}`)"
+
+
+def _verdict(claim: RegisteredClaim, outcome: str, reason: str) -> str:
+    if outcome in ("holds", "does not hold"):
+        return f"**{outcome}**"
+    if outcome == "inconclusive":
+        return f"**inconclusive** (registered power {claim.power():.2f})"
+    if outcome == "underpowered at our budget" and claim.design_sd is not None:
+        return f"{outcome} (power {cs.power(20, claim.design_sd, claim.design_distance):.2f} at 20 seeds)"
+    if outcome == "not testable here":
+        return f"{outcome} ({reason.split(':')[0]})"
+    return outcome
+
+
+def registration(root: Path) -> str:
+    """Return ``<short commit> on <date>``: the commit that registered the design and its date."""
+    commit = registered_commit(root)
+    date = subprocess.run(
+        ["git", "-C", str(root), "show", "-s", "--format=%cs", commit],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return f"`{commit[:7]}` on {date}"
+
+
+def confirmatory_markdown(root: Path | None = None) -> str:
+    """Return the Markdown block of confirmatory verdicts for the checkout ``root`` (default this one)."""
+    root = root or repo_root()
+    state = campaign_state(root)
+    outcomes = claim_outcomes(state, results_root(root))
+    remaining = state.remaining()
+    hours = sum(expected_minutes(job, results_root(root)) for job in remaining) / 60.0
+    lines = [
+        f"**Registered {registration(root)}: {len(state.jobs) - len(remaining)} of {len(state.jobs)} jobs "
+        f"published, {hours:.1f} core-hours left**",
+        "",
+        HEADER,
+        "|---|---|---|---|---|---|",
+    ]
+    for claim in state.claims:
+        got = outcomes[claim.id]
+        done = f"{got.n} of {claim.seeds}" if claim.runs and claim.statistic != "joint" else "-"
+        ours = "-"
+        if got.bounds is not None:
+            b = got.bounds
+            ours = f"{b.mean:.3g} [{b.lower:.3g}, {b.upper:.3g}] {claim.unit}"
+        verdict = _verdict(claim, got.outcome, got.reason)
+        lines.append(
+            f"| {claim.label} | {claim.paper_claim} | {_test(claim)} | {done} | {ours} | {verdict} |"
+        )
+    return "\n".join(lines)

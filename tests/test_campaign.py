@@ -1,0 +1,240 @@
+"""``rlq campaign`` on tiny jobs: deadlines, a kill mid-job, a job from another commit, resume, status.
+
+Each test makes a small git checkout holding a two-claim design and, as its registered code, a stand-in
+``rlq/faces/cli.py`` whose ``run`` writes a finished run folder after ``RLQ_FAKE_SECONDS``: the campaign
+runs the registered commit's own ``python -m rlq.faces.cli``, so the stand-in is what its jobs execute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlq.core.jsonio import read_json, write_json
+from rlq.experiments import campaign as cp
+from rlq.experiments.campaign_jobs import registered_jobs
+from rlq.experiments.claim_design import SPEC_FILE, read_design
+
+REAL_SPEC = Path(__file__).resolve().parents[1] / "data" / SPEC_FILE
+FAKE_CLI = """
+import json, os, sys, time, pathlib
+args = sys.argv[1:]
+assert args[0] == "run", args
+if args[1] == "--resume":
+    out = pathlib.Path(args[2]); params = json.loads((out / "params.json").read_text())
+else:
+    params = {args[i + 1]: json.loads(args[i + 2]) for i, a in enumerate(args) if a == "-p"}
+    out = pathlib.Path(args[args.index("--out") + 1]) / args[1] / f"run-{os.getpid()}"
+    out.mkdir(parents=True)
+    (out / "params.json").write_text(json.dumps(params))
+(out / "results.json").write_text(json.dumps({"status": "failed"}))
+time.sleep(float(os.environ.get("RLQ_FAKE_SECONDS", "0.5")))
+seed, method = params["seeds"][0], params["methods"][0]
+value = 80.0 + (seed - 1000) * 0.5 if method == "gst" else 50.0
+(out / "summary.csv").write_text(f"env_id,seed,method,avg_compression_ratio,covered_fraction\\nE,{seed},{method},{value},1.0\\n")
+(out / "results.json").write_text(json.dumps({"status": "ok", "experiment": "gst_td3_mujoco", "run_seconds": 1.0}))
+"""
+
+
+def design_rows(minutes: tuple[float, float]) -> str:
+    """Return a two-claim design: GST's compression (priority 1) and a second claim on dense (priority 2)."""
+    header = REAL_SPEC.read_text().splitlines()[0]
+    names = header.split(",")
+
+    def row(**values) -> str:
+        base = dict.fromkeys(names, "")
+        base.update(experiment="gst_td3_mujoco", preset="long", published_as="confirmatory_long", table="summary.csv",
+                    pair="seed", by="method", column="avg_compression_ratio/covered_fraction", statistic="t_mean",
+                    scale="1", unit="%", direction=">=", threshold="60", seeds="5", design_sd="1",
+                    design_distance="5", family="GST compression", paper_claim="x")  # fmt: skip
+        base.update(values)
+        return ",".join(str(base[n]) for n in names)
+
+    return "\n".join([
+        header,
+        row(id="fast", label="fast", method="gst", arms="gst:5", priority=1, job_minutes=minutes[0]),
+        row(id="slow", label="slow", method="dense", arms="dense:5", priority=2, job_minutes=minutes[1]),
+    ]) + "\n"  # fmt: skip
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path):
+    """Return a function that makes a committed checkout with a design of the given job minutes."""
+
+    def make(minutes: tuple[float, float] = (0.01, 0.01)) -> Path:
+        root = tmp_path / "repo"
+        (root / "data" / "results").mkdir(parents=True)
+        (root / "notebooks").mkdir()
+        (root / "rlq" / "faces").mkdir(parents=True)
+        (root / "rlq" / "__init__.py").write_text("")
+        (root / "rlq" / "faces" / "__init__.py").write_text("")
+        (root / "rlq" / "faces" / "cli.py").write_text(FAKE_CLI)
+        (root / "data" / SPEC_FILE).write_text(design_rows(minutes))
+        (root / ".gitignore").write_text("runs/\n")
+        git(root, "init", "-q")
+        git(root, "add", "-A")
+        git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "register")
+        return root
+
+    return make
+
+
+def campaign(root: Path, hours: float, workers: int = 2) -> tuple[int, list[str]]:
+    said: list[str] = []
+    return cp.run_campaign(hours, workers, root=root, say=said.append, poll=0.1), said
+
+
+def published(root: Path) -> pd.DataFrame:
+    path = root / "data" / "results" / "gst_td3_mujoco" / "confirmatory_long" / "summary.csv"
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["method", "seed"])
+
+
+def test_a_deadline_leaves_the_jobs_that_would_end_after_it_unstarted(checkout):
+    root = checkout((0.01, 30.0))  # GST's jobs take under a second; dense's are expected to take 30 minutes
+    count, said = campaign(root, hours=0.05)  # 3 minutes
+    table = published(root)
+    assert count == 5 and sorted(table.seed) == [1000, 1001, 1002, 1003, 1004]
+    assert set(table.method) == {"gst"} and not any("dense" in line for line in said)
+    state = cp.campaign_state(root)
+    assert [j.arm for j in state.remaining()] == ["dense"] * 5
+    record = read_json(root / "data" / "results" / "gst_td3_mujoco" / "confirmatory_long" / "results.json")
+    assert record["registered_commit"] == git(root, "rev-parse", "HEAD")
+    assert {j["commit"] for j in record["jobs"]} == {record["registered_commit"]}
+
+
+def test_each_job_trains_under_the_registered_commit_in_its_own_worktree(checkout):
+    root = checkout()
+    campaign(root, hours=0.05)
+    commit = git(root, "rev-parse", "HEAD")
+    tree = root / "runs" / "campaign" / f"code-{commit[:12]}"
+    assert git(tree, "rev-parse", "HEAD") == commit
+    job = read_json(
+        root / "runs" / "campaign" / "gst_td3_mujoco" / "confirmatory_long" / "gst-1000" / "job.json"
+    )
+    assert job["commit"] == commit and job["command"][-3] == "--out"
+    outcomes = cp.claim_outcomes(cp.campaign_state(root), cp.results_root(root))
+    assert outcomes["fast"].outcome == "holds"  # 80-82 against 60, 5 seeds
+
+
+@pytest.mark.slow
+def test_a_kill_mid_job_keeps_the_published_jobs_and_nothing_of_the_one_in_flight(checkout):
+    root = checkout()
+    env = {
+        **os.environ,
+        "RLQ_HOME": str(root),
+        "RLQ_FAKE_SECONDS": "3",
+        "PYTHONPATH": str(Path(cp.__file__).parents[2]),
+    }
+    command = [sys.executable, "-m", "rlq.faces.cli", "campaign", "run", "--hours", "1", "--workers", "1"]
+    process = subprocess.Popen(command, env=env, cwd=root.parent, stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(published(root)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    table = published(root)
+    assert sorted(table.seed)[:2] == [1000, 1001] and len(table) in (2, 3)
+    record = read_json(root / "data" / "results" / "gst_td3_mujoco" / "confirmatory_long" / "results.json")
+    assert len(record["jobs"]) == len(table)  # the tables and the job list agree: no half-published job
+    assert not list(
+        (root / "data" / "results" / "gst_td3_mujoco").glob(".*")
+    )  # no staging folder left behind
+
+
+def test_a_job_trained_under_another_commit_is_refused(checkout):
+    root = checkout()
+    job = registered_jobs(read_design(root / "data" / SPEC_FILE))[0]
+    folder = cp.job_dir(root, job)
+    run = folder / "gst_td3_mujoco" / "run-1"
+    run.mkdir(parents=True)
+    write_json(run / "results.json", {"status": "ok", "experiment": "gst_td3_mujoco"})
+    write_json(run / "params.json", {})
+    (run / "summary.csv").write_text(
+        "env_id,seed,method,avg_compression_ratio,covered_fraction\nE,1000,gst,1,1\n"
+    )
+    write_json(
+        folder / cp.JOB_FILE, {**{k: getattr(job, k) for k in job.__dataclass_fields__}, "commit": "0" * 40}
+    )
+    commit = git(root, "rev-parse", "HEAD")
+    with pytest.raises(cp.CampaignError, match="trained under commit 000000000000, not the registered"):
+        cp.publish_job(folder, commit, cp.results_root(root))
+    assert published(root).empty
+
+
+def test_an_uncommitted_change_to_the_design_is_refused(checkout):
+    root = checkout()
+    with open(root / "data" / SPEC_FILE, "a") as handle:
+        handle.write("\n")
+    with pytest.raises(cp.CampaignError, match="uncommitted changes"):
+        cp.registered_commit(root)
+
+
+def test_a_job_cut_off_resumes_its_run_folder(checkout):
+    root = checkout()
+    job = registered_jobs(read_design(root / "data" / SPEC_FILE))[0]
+    folder = cp.job_dir(root, job)
+    run = folder / "gst_td3_mujoco" / "run-cut"
+    run.mkdir(parents=True)
+    write_json(run / "params.json", {"methods": ["gst"], "seeds": [1000]})
+    write_json(run / "results.json", {"status": "interrupted"})
+    campaign(root, hours=0.05)
+    record = read_json(folder / cp.JOB_FILE)
+    assert record["command"][3:5] == ["run", "--resume"] and record["command"][5] == str(run)
+    assert 1000 in set(published(root).seed)
+
+
+def test_the_real_design_status_lists_every_claim(capsys):
+    from rlq.faces.cli import main
+
+    assert main(["campaign", "status", "--next", "2"]) == 0
+    out = capsys.readouterr().out
+    for claim in read_design():
+        assert claim.id in out
+    assert "jobs published" in out and out.count("next: ") == 2
+
+
+def test_job_commands_pass_each_override_as_json():
+    job = registered_jobs(read_design())[0]
+    command = cp.job_command(job, Path("/tmp/x"), address="ray://h:1")
+    overrides = {command[i + 1]: json.loads(command[i + 2]) for i, a in enumerate(command) if a == "-p"}
+    assert overrides["seeds"] == [job.seed] and overrides["workers"] == 1
+    assert overrides["executor"] == "ray" and overrides["ray_address"] == "ray://h:1"
+
+
+def test_the_readme_table_is_what_the_design_and_the_published_runs_say():
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tools"))
+    import readme_claims
+
+    assert readme_claims.render(readme_claims.README.read_text()) == readme_claims.README.read_text(), (
+        "README.md's confirmatory table is out of date: run python tools/readme_claims.py"
+    )
+
+
+def test_a_published_confirmatory_folder_stays_out_of_the_exploratory_report(tmp_path):
+    from rlq.faces.report import collect_runs
+    from rlq.faces.static_figures import committed_runs
+
+    for name, confirmatory in (("confirmatory_long", True), ("long", False)):
+        folder = tmp_path / "results" / "gst_td3_mujoco" / name
+        folder.mkdir(parents=True)
+        write_json(folder / "results.json", {"status": "ok", "confirmatory": confirmatory})
+        write_json(folder / "params.json", {})
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    assert [r.preset for r in collect_runs(runs, tmp_path / "results")] == ["long"]
+    assert [c.preset for c in committed_runs(tmp_path / "results")] == ["long"]
