@@ -69,6 +69,9 @@ def registered_commit(root: Path | None = None) -> str:
     """
     root = root or repo_root()
     spec = f"data/{SPEC_FILE}"
+    if _git(root, "rev-parse", "--is-shallow-repository") == "true":
+        raise CampaignError(f"{root} is a shallow clone, which cannot tell which commit registered {spec}: "
+                            "git fetch --unshallow")  # fmt: skip
     commit = _git(root, "log", "-n", "1", "--format=%H", "--", spec)
     if not commit:
         raise CampaignError(f"{spec} was never committed: commit the design before its runs")
