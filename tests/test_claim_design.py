@@ -175,3 +175,27 @@ def test_a_malformed_design_row_is_refused_naming_its_line_and_field(tmp_path):
     design.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=r"line 2 \('gst_td3_gain'\): statistic 't_wrong'"):
         read_design(design)
+
+
+def test_a_fixed_reference_pairs_with_every_seed_and_a_varying_one_only_with_its_own():
+    claim = BY_ID["gst_td3_gain"]
+    seeds = [SEED_START + i for i in range(claim.seeds)]
+    gst = [
+        {"env_id": "HalfCheetah-v5", "seed": s, "method": "gst", "avg_compression_ratio": 0.81} for s in seeds
+    ]
+    fixed = [{"env_id": "HalfCheetah-v5", "seed": s, "method": "pruning", "avg_compression_ratio": 0.54 + 1e-12 * i}
+             for i, s in enumerate(seeds[:2])]  # fmt: skip
+    got = judge(claim, pd.DataFrame(gst + fixed), complete=True)
+    assert got.n == claim.seeds and got.outcome == "by design" and "27" in got.reason
+    varying = [{**row, "avg_compression_ratio": 0.5 + 0.01 * i} for i, row in enumerate(fixed)]
+    got = judge(claim, pd.DataFrame(gst + varying), complete=True)
+    assert got.n == 2 and got.outcome == "too few seeds"
+    assert judge(claim, pd.DataFrame(gst + varying), complete=False).outcome == RUNS_REMAINING
+
+
+def test_exploratory_seeds_below_the_confirmatory_start_never_count():
+    claim = BY_ID["gst_td3_reward"]
+    table = published_table(claim, simulated_values(claim, 1.0))
+    early = table.assign(seed=table["seed"] - SEED_START)  # the same values on seeds 0-9
+    got = judge(claim, pd.concat([table.iloc[:4], early]), complete=True)
+    assert got.outcome == "too few seeds" and got.n == 2

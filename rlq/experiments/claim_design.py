@@ -32,7 +32,7 @@ SEED_START = 1000
 STATISTICS = ("t_mean", "t_paired_difference", "t_paired_change_pct", "joint", "none")
 """How a claim's per-seed values are formed; ``none`` registers an outcome instead of runs."""
 REGISTERED_OUTCOMES = ("underpowered at our budget", "not testable here")
-RUNS_REMAINING = "runs remaining"
+RUNS_REMAINING, TOO_FEW = "runs remaining", "too few seeds"
 FLOOR, CEILING, BY_DESIGN = "uninformative (floor)", "uninformative (ceiling)", "by design"
 
 
@@ -232,7 +232,7 @@ def per_seed_values(claim: RegisteredClaim, table: pd.DataFrame) -> np.ndarray:
     if claim.statistic == "t_mean":
         return (method * claim.scale).to_numpy()
     reference = arm_values(claim, table, claim.reference)
-    if len(reference) and reference.nunique() == 1:
+    if len(reference) and np.allclose(reference.to_numpy(), reference.iloc[0], rtol=1e-9, atol=0.0):
         reference = pd.Series(reference.iloc[0], index=method.index)
     method, reference = method.align(reference, join="inner")
     if claim.statistic == "t_paired_difference":
@@ -255,34 +255,46 @@ def _at(values: pd.Series, level: float | None) -> bool:
     return level is not None and len(values) > 0 and bool(np.allclose(values.to_numpy(), level))
 
 
+def _not_judged(
+    claim: RegisteredClaim, table: pd.DataFrame | None, values: np.ndarray, complete: bool
+) -> Outcome | None:
+    """Return the outcome of a claim whose values cannot be judged yet or at all, else None."""
+    if not complete:
+        return Outcome(RUNS_REMAINING, f"{len(values)} of {claim.seeds} registered values", len(values))
+    if len(values) < claim.seeds:  # every job ran, yet fewer pairs: the arms' seeds do not pair
+        return Outcome(TOO_FEW, f"{len(values)} of {claim.seeds} registered values pair up", len(values))
+    if claim.ceiling is not None and _at(arm_values(claim, table, claim.method), claim.ceiling):
+        if not claim.reference or _at(arm_values(claim, table, claim.reference), claim.ceiling):
+            return Outcome(CEILING, f"every seed scored the maximum {claim.ceiling:g}", len(values))
+    if np.allclose(values, values[0], rtol=1e-9, atol=0.0):
+        reaches = values[0] >= claim.threshold if claim.direction == ">=" else values[0] <= claim.threshold
+        word = "reaches" if reaches else "misses"
+        return Outcome(
+            BY_DESIGN, f"every seed gave {values[0]:.4g}, which {word} {claim.threshold:g}", len(values)
+        )
+    return None
+
+
 def judge(
     claim: RegisteredClaim, table: pd.DataFrame | None, complete: bool, pilot: float | None = None
 ) -> Outcome:
     """Return the outcome of the registered rule on the claim's published confirmatory table.
 
     In order: a registered outcome; a pilot below the floor (uninformative); runs remaining while not every
-    registered job is published (``complete``); method and reference at the task's maximum on every seed
-    (uninformative); every seed the same value (by design, with whether it reaches the threshold); else the
-    one-sided t bounds: holds, does not hold or inconclusive (with the registered power).
+    registered job is published (``complete``); too few seeds when every job ran but fewer values pair up;
+    method and reference at the task's maximum on every seed (uninformative); every seed the same value (by
+    design, with whether it reaches the threshold); else the one-sided t bounds: holds, does not hold or
+    inconclusive (with the registered power).
     """
     if claim.registered_outcome:
         return Outcome(claim.registered_outcome, claim.design, 0)
     if claim.floor is not None and pilot is not None and pilot < claim.floor:
-        return Outcome(
-            FLOOR, f"the pilot's {claim.reference or claim.method} scored {pilot:.3g} < {claim.floor:g}", 0
-        )
+        why = f"the pilot's {claim.reference or claim.method} scored {pilot:.3g} < {claim.floor:g}"
+        return Outcome(FLOOR, why, 0)
     values = per_seed_values(claim, table) if table is not None and len(table) else np.array([])
-    if not complete or len(values) < claim.seeds:
-        return Outcome(RUNS_REMAINING, f"{len(values)} of {claim.seeds} registered values", len(values))
-    if claim.ceiling is not None and _at(arm_values(claim, table, claim.method), claim.ceiling):
-        if not claim.reference or _at(arm_values(claim, table, claim.reference), claim.ceiling):
-            return Outcome(CEILING, f"every seed scored the maximum {claim.ceiling:g}", len(values))
-    if np.ptp(values) == 0:
-        reaches = values[0] >= claim.threshold if claim.direction == ">=" else values[0] <= claim.threshold
-        word = "reaches" if reaches else "misses"
-        return Outcome(
-            BY_DESIGN, f"every seed gave {values[0]:.4g}, which {word} {claim.threshold:g}", len(values)
-        )
+    early = _not_judged(claim, table, values, complete)
+    if early is not None:
+        return early
     bounds = cs.t_bounds(values)
     verdict = cs.outcome(bounds, claim.direction, claim.threshold)
     reason = f"{bounds.mean:.3g} [{bounds.lower:.3g}, {bounds.upper:.3g}] against {claim.threshold:g}"
@@ -298,7 +310,7 @@ def judge_joint(claim: RegisteredClaim, parts: list[Outcome]) -> Outcome:
     misses = [p for p in parts if p.outcome == BY_DESIGN and "misses" in p.reason]
     if "does not hold" in outcomes or misses:
         return Outcome("does not hold", reason, 0)
-    for first in (RUNS_REMAINING, *REGISTERED_OUTCOMES, FLOOR, CEILING, BY_DESIGN, "inconclusive"):
+    for first in (RUNS_REMAINING, TOO_FEW, *REGISTERED_OUTCOMES, FLOOR, CEILING, BY_DESIGN, "inconclusive"):
         if first in outcomes:
             return Outcome(first, reason, 0)
     return Outcome("holds", reason, min(p.n for p in parts))
