@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlq.core.staging import staged_folder
 from rlq.deploy.formats import Affine, DenseF32, DenseI8, DenseLowBit, PackedOp, SparseI8
 from rlq.deploy.frequency import Circulant, dft_tables
 from rlq.deploy.runtime import CompiledPolicy, compile_policy
@@ -362,14 +361,8 @@ def write_c(
     )
     normalization = None if vec_normalize is None else normalization_op(vec_normalize, compiled.obs_dim)
     header, source, info = render_c(compiled, name, normalization)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged_folder(out) as staging:
         (staging / f"{name}.h").write_text(header)
         (staging / f"{name}.c").write_text(source)
-        os.rename(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     info.folder = out
     return info

@@ -260,6 +260,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         result = export_policy(args.source, args.out, args.format, precision=args.precision, name=args.name)
     except TypeError as e:  # an unsupported layer or space
         raise ValueError(str(e)) from e
+    except (FileExistsError, FileNotFoundError):
+        raise
+    except OSError as e:  # a full disk, an over-long or unwritable path: the export left nothing behind
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(args.out) else ""
+        raise ValueError(f"export to {args.out} failed: {e.strerror or e}{where}; nothing was written") from e
     if args.format == "c":
         print(
             f"{result.source} and {result.header.name}: {result.obs_dim} -> {result.action_dim}, "
