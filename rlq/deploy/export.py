@@ -244,5 +244,48 @@ def _write_onnx(
     specs, _ = read_policy(policy)
     example = torch.zeros(1, specs[0].n_in)
     with staged_folder(out) as staging:
-        export_onnx(module, staging / f"{name}.onnx", example, precision, calibration=calibration)
+        path = export_onnx(module, staging / f"{name}.onnx", example, precision, calibration=calibration)
+        guard_nonfinite_onnx(path)
     return out / f"{name}.onnx"
+
+
+def guard_nonfinite_onnx(path: Path) -> None:
+    """Rewrite the ONNX policy at ``path`` so that an observation holding NaN or an infinity gives no action.
+
+    Such a row's action becomes NaN in every element (a float action) or -1 (an integer one, an argmax), as
+    :class:`rlq.deploy.runtime.CompiledPolicy` gives. The test is added after quantization, in float, with
+    ``IsNaN``, ``IsInf`` and ``Where``: ONNX Runtime's static quantizer puts quantize-dequantize pairs on
+    every tensor it calibrates, which would turn NaN into a finite code.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    (inp,), (out,) = graph.input, graph.output
+    width = inp.type.tensor_type.shape.dim[1].dim_value
+    is_float = out.type.tensor_type.elem_type == TensorProto.FLOAT
+    rank = len(out.type.tensor_type.shape.dim)
+    raw = f"{out.name}_unguarded"
+    for node in graph.node:
+        node.output[:] = [raw if o == out.name else o for o in node.output]
+    fill = np.array(np.nan, np.float32) if is_float else np.array(-1, np.int64)
+    graph.initializer.extend([
+        numpy_helper.from_array(np.ones((width, 1), np.float32), "guard_ones"),
+        numpy_helper.from_array(np.zeros((), np.float32), "guard_zero"),
+        numpy_helper.from_array(np.array([-1], np.int64), "guard_flat"),
+        numpy_helper.from_array(fill, "guard_fill"),
+    ])  # fmt: skip
+    bad = "guard_bad" if rank > 1 else "guard_bad_flat"
+    graph.node.extend([
+        helper.make_node("IsNaN", [inp.name], ["guard_nan"]),
+        helper.make_node("IsInf", [inp.name], ["guard_inf"]),
+        helper.make_node("Or", ["guard_nan", "guard_inf"], ["guard_either"]),
+        helper.make_node("Cast", ["guard_either"], ["guard_count_each"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["guard_count_each", "guard_ones"], ["guard_count"]),  # (batch, 1)
+        helper.make_node("Greater", ["guard_count", "guard_zero"], ["guard_bad"]),
+        *([helper.make_node("Reshape", ["guard_bad", "guard_flat"], ["guard_bad_flat"])] if rank == 1 else []),
+        helper.make_node("Where", [bad, "guard_fill", raw], [out.name]),
+    ])  # fmt: skip
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
