@@ -168,8 +168,7 @@ class ResultStore:
         """
         path = self.path(key)
         if not path.is_file():
-            if path.with_suffix(".pkl").exists():
-                self.check_no_pickles()
+            self.check_no_pickles()  # its result may be among them, under a name of an earlier key scheme
             return False, None
         try:
             saved = read_data(path)
