@@ -219,6 +219,52 @@ def test_the_docs_c_example_compiles_and_prints_the_action(models, tmp_path):
     assert f"{export.weight_bytes} bytes of weights" in printed
 
 
+def _docs_commands() -> list[list[str]]:
+    """Return the ``rlq`` commands of docs/deploy.md's first bash block, each split as a shell would (no glob)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "deploy.md").read_text()
+    block = re.findall(r"```bash\n(.*?)```", page, re.S)[0]
+    commands = [shlex.split(line, comments=True) for line in block.splitlines()]
+    assert all(c[0] == "rlq" for c in commands if c), commands
+    return [c[1:] for c in commands if c]
+
+
+def _run_as_written(command: list[str]) -> int:
+    import glob
+
+    args = [a for arg in command for a in (sorted(glob.glob(arg)) if "*" in arg else [arg])]
+    return main(args)
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_the_docs_export_lines_run_as_written_on_each_algorithms_model_file(algo, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.chdir(tmp_path)
+    make_model(algo, ALGOS[algo], hyperparams=dict(policy_kwargs=dict(net_arch=[16]))).save("model.zip")
+    commands = [c for c in _docs_commands() if "model.zip" in c]
+    assert len(commands) >= 3
+    for command in commands:
+        assert _run_as_written(command) == 0, command
+    assert (tmp_path / "policy_int8" / "policy.c").is_file() and (
+        tmp_path / "policy_onnx" / "policy.onnx"
+    ).is_file()
+
+
+@pytest.mark.slow
+def test_the_docs_commands_run_as_written(tmp_path, monkeypatch):
+    """Every line, the experiment that trains the job folder exported included."""
+    pytest.importorskip("onnxruntime")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RLQ_RUNS", raising=False)
+    make_model("PPO", "Pendulum-v1", hyperparams=dict(policy_kwargs=dict(net_arch=[16]))).save("model.zip")
+    for command in _docs_commands():
+        assert _run_as_written(command) == 0, command
+    assert (tmp_path / "pendulum_c" / "policy.c").is_file()
+
+
 def test_int8_onnx_is_qdq_calibrated_and_close_to_fp32(models, tmp_path):
     pytest.importorskip("onnxruntime")
     import onnx

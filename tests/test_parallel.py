@@ -58,7 +58,7 @@ def test_saved_results_are_loaded_and_only_the_jobs_without_one_run_again(tmp_pa
     jobs = [{"a": n, "b": 3 - n, "keys": {"n": n}, "calls": str(calls)} for n in range(4)]  # n=3 fails
     first = run_jobs(counted_divmod, jobs, workers=workers, store=tmp_path / "jobs", on_error="keep")
     assert [f.keys for f in first.failures] == [{"n": 3}] and len(list(calls.iterdir())) == 4
-    assert len(list((tmp_path / "jobs").glob("*.pkl"))) == 3  # one file per finished job
+    assert len(list((tmp_path / "jobs").glob("*.json"))) == 3  # one file per finished job
     jobs[3]["b"] = 1  # "fixed": the resumed run succeeds
     seen = []
     second = run_jobs(
@@ -98,7 +98,7 @@ def test_a_damaged_saved_result_runs_again(tmp_path):
     store = ResultStore(tmp_path)
     path = store.save({"seed": 0}, 42)
     assert store.load({"seed": 0}) == (True, 42) and store.load({"seed": 1}) == (False, None)
-    path.write_bytes(b"not a pickle")
+    path.write_bytes(b"not JSON")
     assert store.load({"seed": 0}) == (False, None)
 
 
@@ -292,7 +292,7 @@ def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
     assert [f.keys for f in raised.value.failures] == [{"method": "nope"}]
     recorded = json.loads((tmp_path / "results.json").read_text())
     assert recorded["status"] == "running" and recorded["failed_jobs"][0]["keys"] == {"method": "nope"}
-    (saved,) = (tmp_path / "jobs").glob("*.pkl")
+    (saved,) = (tmp_path / "jobs").glob("*.json")
     results, tables = train_and_evaluate_all(jobs, out=tmp_path, allow_failed=True)
     assert [r["keys"] for r in results] == [{"method": "dense"}] and len(tables["summary"]) == 1
     jobs[1]["method"] = "dense"  # "fixed"; its keys stay

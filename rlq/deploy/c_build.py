@@ -59,8 +59,17 @@ class CPolicy:
         self._act.restype = None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """Return the float32 actions ``(batch, action_dim)`` for a float32 batch ``(batch, obs_dim)``."""
-        obs = np.ascontiguousarray(obs, np.float32)
+        """Return the float32 actions ``(batch, action_dim)`` for a float32 batch ``(batch, obs_dim)``.
+
+        Observations of another dtype raise TypeError, as :class:`rlq.deploy.runtime.CompiledPolicy` does: the C
+        function reads float32, and a silent cast would round float64 inputs. A row holding NaN or an infinity
+        gives NaN in every element of its action (the C function's contract, see ``<name>.h``).
+        """
+        if not isinstance(obs, np.ndarray):
+            raise TypeError(f"a C policy takes a numpy float32 array, got {type(obs).__name__}")
+        if obs.dtype != np.float32:
+            raise TypeError(f"a C policy takes float32 observations, got dtype {obs.dtype}")
+        obs = np.ascontiguousarray(obs)
         if obs.ndim != 2 or obs.shape[1] != self.export.obs_dim:
             raise ValueError(
                 f"expected observations of shape (batch, {self.export.obs_dim}), got {obs.shape}"
@@ -73,8 +82,20 @@ class CPolicy:
         return out
 
 
-def load_c_policy(export: CExport, flags: tuple[str, ...] = ()) -> CPolicy:
-    """Return :class:`CPolicy` of ``export``, compiled as a shared library (``-O2 -fPIC`` plus ``flags``)."""
+def load_c_policy(
+    export: CExport | str | os.PathLike, flags: tuple[str, ...] = (), name: str | None = None
+) -> CPolicy:
+    """Return :class:`CPolicy` of ``export``, compiled as a shared library (``-O2 -fPIC`` plus ``flags``).
+
+    ``export``: what :func:`rlq.deploy.write_c` returned, or the folder it wrote (``name``: the files' prefix,
+    needed only when the folder holds several exports; :meth:`CExport.read`).
+    """
+    if not isinstance(export, CExport):
+        if not isinstance(export, (str, os.PathLike)):
+            raise TypeError(
+                f"load_c_policy takes a CExport or an export's folder, got {type(export).__name__}"
+            )
+        export = CExport.read(export, name)
     with tempfile.TemporaryDirectory(prefix="rlq-c-") as build:
         library = Path(build) / f"lib{export.name}.so"
         compile_c([export.source], library, ("-shared", "-fPIC", f"-I{export.folder}", *flags))

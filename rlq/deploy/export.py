@@ -14,9 +14,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlq.core.staging import staged_folder
 from rlq.deploy.export_c import CExport, write_c
 from rlq.deploy.formats import ACTION_SCALING, Affine
 from rlq.deploy.reader import OutputSpec, read_policy
@@ -32,49 +31,66 @@ from rlq.deploy.runtime import CompiledPolicy, compile_policy
 FORMATS = ("c", "onnx")
 
 
-def _algorithm_of_zip(path: Path) -> str:
-    """Return the SB3 algorithm name a model file was saved by (from its policy class's module)."""
+def load_model_file(path: str | os.PathLike) -> Any:
+    """Return the SB3 model saved at ``path`` (plain, or by :func:`rlq.sb3.save_compressed`, its compression
+    re-applied), loaded as the algorithm that wrote it (:func:`rlq.rl.algorithms.algorithm_of_model_file`)."""
+    from rlq.rl.agents import algorithm_class
+    from rlq.rl.algorithms import algorithm_of_model_file
+    from rlq.sb3.checkpoint import load_compressed
+
+    algorithm = algorithm_of_model_file(path)
     try:
-        with zipfile.ZipFile(path) as archive:
-            data = json.loads(archive.read("data"))
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not a Stable-Baselines3 model file ({type(e).__name__}: {e})") from e
-    module = str(data.get("policy_class", {}).get("__module__", ""))
-    parts = module.split(".")
-    if len(parts) < 3 or parts[0] != "stable_baselines3":
-        raise ValueError(f"{path}: its policy class module {module!r} names no Stable-Baselines3 algorithm")
-    return parts[1].upper()
+        return load_compressed(algorithm_class(algorithm), path)
+    except Exception as e:  # a truncated or damaged entry: torch, zipfile and pickle each raise their own
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(
+            f"{path}: a {algorithm} model file that cannot be loaded ({type(e).__name__}: {first})"
+        ) from e
 
 
 def load_policy_source(source: Any) -> Any:
-    """Return the model or module ``source`` names: itself, an SB3 ``.zip`` loaded, or a run folder's agent."""
+    """Return the model or module ``source`` names: itself, an SB3 model file loaded, or a run folder's agent."""
     if not isinstance(source, (str, os.PathLike)):
         return source
-    from rlq.rl.agents import algorithm_class
-    from rlq.sb3.checkpoint import load_compressed
-
     path = Path(source)
     if path.is_dir():
         return _load_run_agent(path)
     if not path.is_file():
         raise FileNotFoundError(f"no model file or run folder at {path}")
-    return load_compressed(algorithm_class(_algorithm_of_zip(path)), path)
+    return load_model_file(path)
+
+
+def agent_folders(folder: Path) -> list[Path]:
+    """Return the folders under ``folder`` (itself included) holding a trained agent's ``checkpoints/``."""
+    if (folder / "checkpoints").is_dir():
+        return [folder]
+    return sorted(
+        p.parent for p in folder.rglob("checkpoints") if p.is_dir() and any(p.glob("model_*_steps.zip"))
+    )
 
 
 def _load_run_agent(folder: Path) -> Any:
-    """Return the agent of a run folder's newest complete checkpoint, its compression re-applied."""
-    from rlq.core.jsonio import read_json
-    from rlq.rl.agents import algorithm_class
-    from rlq.rl.checkpoints import latest_checkpoint
-    from rlq.sb3.checkpoint import load_compressed
+    """Return the agent of a run folder: its newest checkpoint that loads, its compression re-applied.
 
-    params = read_json(folder / "params.json")
-    if not params or "algorithm" not in params:
-        raise ValueError(f"{folder} is not an agent's run folder (no params.json naming an algorithm)")
-    found = latest_checkpoint(folder / "checkpoints")
-    if found is None:
-        raise FileNotFoundError(f"{folder}/checkpoints holds no complete checkpoint")
-    return load_compressed(algorithm_class(params["algorithm"]), found[1])
+    ``folder`` is an agent's folder (a job of an experiment, or a run folder holding ``checkpoints/``), or a
+    run folder holding exactly one such agent. A damaged newest checkpoint is passed over, with a warning, for
+    the one before it (:func:`rlq.rl.checkpoints.load_newest_checkpoint`).
+    """
+    from rlq.rl.checkpoints import load_newest_checkpoint
+
+    agents = agent_folders(folder)
+    if not agents:
+        raise FileNotFoundError(
+            f"{folder} holds no trained agent (no checkpoints/ folder with a model_*_steps.zip)"
+        )
+    if len(agents) > 1:
+        shown = ", ".join(str(a.relative_to(folder)) for a in agents[:4]) + (
+            ", ..." if len(agents) > 4 else ""
+        )
+        raise ValueError(
+            f"{folder} holds {len(agents)} trained agents ({shown}): export one of their folders"
+        )
+    return load_newest_checkpoint(agents[0] / "checkpoints", load_model_file)[1]
 
 
 class ActionHead(nn.Module):
@@ -227,11 +243,49 @@ def _write_onnx(
     module = acting_module(policy, action_space)
     specs, _ = read_policy(policy)
     example = torch.zeros(1, specs[0].n_in)
-    out.mkdir(parents=True)
-    try:
-        return export_onnx(module, out / f"{name}.onnx", example, precision, calibration=calibration)
-    except BaseException:
-        for f in out.iterdir():
-            f.unlink()
-        out.rmdir()
-        raise
+    with staged_folder(out) as staging:
+        path = export_onnx(module, staging / f"{name}.onnx", example, precision, calibration=calibration)
+        guard_nonfinite_onnx(path)
+    return out / f"{name}.onnx"
+
+
+def guard_nonfinite_onnx(path: Path) -> None:
+    """Rewrite the ONNX policy at ``path`` so that an observation holding NaN or an infinity gives no action.
+
+    Such a row's action becomes NaN in every element (a float action) or -1 (an integer one, an argmax), as
+    :class:`rlq.deploy.runtime.CompiledPolicy` gives. The test is added after quantization, in float, with
+    ``IsNaN``, ``IsInf`` and ``Where``: ONNX Runtime's static quantizer puts quantize-dequantize pairs on
+    every tensor it calibrates, which would turn NaN into a finite code.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    (inp,), (out,) = graph.input, graph.output
+    width = inp.type.tensor_type.shape.dim[1].dim_value
+    is_float = out.type.tensor_type.elem_type == TensorProto.FLOAT
+    rank = len(out.type.tensor_type.shape.dim)
+    raw = f"{out.name}_unguarded"
+    for node in graph.node:
+        node.output[:] = [raw if o == out.name else o for o in node.output]
+    fill = np.array(np.nan, np.float32) if is_float else np.array(-1, np.int64)
+    graph.initializer.extend([
+        numpy_helper.from_array(np.ones((width, 1), np.float32), "guard_ones"),
+        numpy_helper.from_array(np.zeros((), np.float32), "guard_zero"),
+        numpy_helper.from_array(np.array([-1], np.int64), "guard_flat"),
+        numpy_helper.from_array(fill, "guard_fill"),
+    ])  # fmt: skip
+    bad = "guard_bad" if rank > 1 else "guard_bad_flat"
+    graph.node.extend([
+        helper.make_node("IsNaN", [inp.name], ["guard_nan"]),
+        helper.make_node("IsInf", [inp.name], ["guard_inf"]),
+        helper.make_node("Or", ["guard_nan", "guard_inf"], ["guard_either"]),
+        helper.make_node("Cast", ["guard_either"], ["guard_count_each"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["guard_count_each", "guard_ones"], ["guard_count"]),  # (batch, 1)
+        helper.make_node("Greater", ["guard_count", "guard_zero"], ["guard_bad"]),
+        *([helper.make_node("Reshape", ["guard_bad", "guard_flat"], ["guard_bad_flat"])] if rank == 1 else []),
+        helper.make_node("Where", [bad, "guard_fill", raw], [out.name]),
+    ])  # fmt: skip
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))

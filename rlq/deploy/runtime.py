@@ -56,6 +56,10 @@ LAYER_PRECISIONS = ("fp32", "int8", *(f"int{b}" for b in LOW_BITS))
 which the NumPy forward and the exported C file run, not the compiled kernels)."""
 
 
+NO_ACTION = -1
+"""The discrete action of an observation that is not finite (see :class:`CompiledPolicy`): no valid index."""
+
+
 def kernels_available() -> bool:
     """Return whether the compiled policy kernels (``rlq/deploy/_policy_kernels.c``) were built with this install."""
     return _policy_kernels is not None
@@ -92,6 +96,10 @@ class CompiledPolicy:
     clipped to the action space; argmax for discrete actions), or the network's output for an
     ``nn.Sequential``; :meth:`outputs` the network's output before any argmax. ``ops`` lists the packed
     layers; ``compiled`` says whether the C kernels run them (else NumPy does).
+
+    An observation holding NaN or an infinity in any element gives no action: its outputs and continuous
+    actions are NaN in every element, its discrete actions :data:`NO_ACTION` (-1), whatever the network would
+    compute from it (``tanh(inf)`` is a finite 1). Every exported format does the same (docs/deploy.md).
     """
 
     def __init__(self, ops: list[PackedOp], output: OutputSpec, obs_dim: int, use_kernels: bool):
@@ -126,8 +134,25 @@ class CompiledPolicy:
         return obs if obs.flags.c_contiguous else np.ascontiguousarray(obs)
 
     def outputs(self, obs: np.ndarray) -> np.ndarray:
-        """Return the network's float32 output ``(batch, out)`` for ``obs`` (continuous actions already scaled)."""
+        """Return the network's float32 output ``(batch, out)`` for ``obs`` (continuous actions already scaled).
+
+        A row of ``obs`` holding NaN or an infinity gives a row of NaN (see the class docstring).
+        """
+        return self._outputs(obs)[0]
+
+    def _outputs(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Return the outputs and the mask of the rows that are not finite (None when every row is)."""
         obs = self._check(obs)
+        bad = ~np.isfinite(obs).all(axis=1)
+        if not bad.any():
+            return self._forward(obs), None
+        obs = obs.copy()
+        obs[bad] = 0.0  # no kernel sees a NaN: the row's outputs are overwritten below
+        out = self._forward(obs)
+        out[bad] = np.nan
+        return out, bad
+
+    def _forward(self, obs: np.ndarray) -> np.ndarray:
         if self._program is not None:
             out = np.empty((obs.shape[0], self.out_dim), np.float32)
             _policy_kernels.forward(self._program_ptr, obs, out, obs.shape[0])
@@ -139,16 +164,20 @@ class CompiledPolicy:
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Return the actions (or outputs) for a float32 batch ``(batch, obs_dim)``; see the class docstring."""
-        out = self.outputs(obs)
+        out, bad = self._outputs(obs)
         kind = self.output.kind
         if kind == "argmax":
-            return out.argmax(axis=1)
-        if kind == "multi_argmax":
+            actions = out.argmax(axis=1)
+        elif kind == "multi_argmax":
             splits = np.split(out, np.cumsum(self.output.nvec)[:-1], axis=1)
-            return np.stack([s.argmax(axis=1) for s in splits], axis=1)
-        if kind == "binary":
-            return (out > 0).astype(np.int64)
-        return out
+            actions = np.stack([s.argmax(axis=1) for s in splits], axis=1)
+        elif kind == "binary":
+            actions = (out > 0).astype(np.int64)
+        else:
+            return out
+        if bad is not None:
+            actions[bad] = NO_ACTION
+        return actions
 
     @property
     def weight_bytes(self) -> int:

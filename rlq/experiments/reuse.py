@@ -17,7 +17,7 @@ holding the same run, or a run the folder already holds, are refused too: nothin
 
 from __future__ import annotations
 
-import pickle
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,13 +78,60 @@ def wanted(key: dict[str, Any], params: dict[str, Any]) -> bool:
 
 
 def saved_runs(source: Path) -> list[tuple[dict[str, Any], Any]]:
-    """Return the (key, result) of every job result saved in the run folder ``source``."""
-    runs = []
-    for path in sorted((source / JOBS_FOLDER).glob("*.pkl")):
-        with open(path, "rb") as f:
-            saved = pickle.load(f)
-        runs.append((saved["key"], saved["result"]))
-    return runs
+    """Return the (key, result) of every job result saved in the run folder ``source``.
+
+    The job store is data (:class:`rlq.rl.parallel.ResultStore`): results saved as pickles are refused
+    with what to do (:class:`rlq.rl.parallel.PickledResults`), and a damaged file is named.
+    """
+    return [(key, result) for _, key, result in ResultStore(source / JOBS_FOLDER).saved()]
+
+
+METRIC_COLUMNS = ("eval_return", "eval_std", "final_train_return")
+"""The numbers of a run that its experiment pools over seeds: a run holding NaN or an infinity in one of them
+is refused by ``--reuse`` and ``--resume``, never averaged away."""
+
+
+def _metric_rows(result: Any) -> list[dict[str, Any]]:
+    """Return the rows of plain numbers a job result holds: its ``summary``, ``training`` and ``rows``."""
+    if not isinstance(result, dict):
+        return []
+    rows = [result[name] for name in ("summary", "training") if isinstance(result.get(name), dict)]
+    rows += [row for row in result.get("rows") or [] if isinstance(row, dict)]
+    return rows
+
+
+def run_label(key: dict[str, Any]) -> str:
+    """Return a run's key as words, e.g. ``seed 2, method gst, env_id Pendulum-v1`` (the seed first)."""
+    ordered = sorted(key.items(), key=lambda item: item[0] != "seed")
+    return ", ".join(f"{k} {v}" for k, v in ordered)
+
+
+def check_finite_metrics(
+    key: dict[str, Any], result: Any, path: Path, context: str, advice: str = ""
+) -> None:
+    """Raise ValueError when a run's :data:`METRIC_COLUMNS` hold NaN or an infinity, naming the run, the column
+    and ``path``, after ``context`` (``--reuse FOLDER``); ``advice`` says what to do (default: retrain it)."""
+    for row in _metric_rows(result):
+        for column in METRIC_COLUMNS:
+            value = _native(row.get(column))
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
+                spec = ",".join(f"{k}={v}" for k, v in key.items())
+                todo = advice or f"leave it out with --retrain {spec}, which trains it again"
+                raise ValueError(
+                    f"{context}: run {run_label(key)} has {column} = {value} in {path}; a run's metrics must be "
+                    f"finite to be pooled over seeds: {todo}"
+                )
+
+
+def check_job_store(run_folder: Path, context: str) -> None:
+    """Raise ValueError when the job store of ``run_folder`` cannot be pooled as it is, after ``context``.
+
+    Refused: results saved as pickles (:class:`rlq.rl.parallel.PickledResults`), a damaged result, and
+    a run whose metrics are not finite (:func:`check_finite_metrics`); each error names the file and what to do.
+    """
+    for path, key, result in ResultStore(Path(run_folder) / JOBS_FOLDER).saved():
+        advice = f"move {path.name} out of {path.parent}, and that run trains again"
+        check_finite_metrics(key, result, path, context, advice)
 
 
 def _native(value: Any) -> Any:
@@ -185,6 +232,9 @@ def plan_reuse(
         if not kept:
             raise ValueError(f"--reuse {source}: --retrain names every run it holds; leave this --reuse out")
         runs = kept
+        for key, result in runs:
+            where = ResultStore(source / JOBS_FOLDER).path(key) if (source / JOBS_FOLDER).is_dir() else None
+            check_finite_metrics(key, result, where or source / "summary.csv", f"--reuse {source}")
         for key, _ in runs:
             name = ResultStore(".").path(key).name
             if name in taken:

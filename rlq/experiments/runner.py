@@ -18,7 +18,7 @@ from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, PROGRESS_FILE_ENV, ProgressReader
 from rlq.core.progress_board import Follower, terminal_board
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment
-from rlq.experiments.reuse import plan_reuse, replaced_runs, save_reuse
+from rlq.experiments.reuse import check_job_store, plan_reuse, replaced_runs, save_reuse
 from rlq.experiments.run_folders import (
     NOTEBOOK_FILE,
     PARAMS_FILE,
@@ -338,6 +338,7 @@ def _resume_locked(path: Path, rerun: bool, **kwargs: Any) -> RunOutcome:
         )
     for name, value in params.items():  # as `rlq run` checks new ones, before the kernel starts
         experiment.parameters[name].check(value, f"{path / PARAMS_FILE}")
+    check_job_store(path, f"--resume {path}")  # its saved results: data, finite, readable
     n = 1
     while (path / "attempts" / str(n)).exists():
         n += 1

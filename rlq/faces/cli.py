@@ -161,6 +161,37 @@ def _add_publish(sub: Any) -> None:
     p.set_defaults(func=_cmd_publish)
 
 
+def _cmd_migrate_jobs(args: argparse.Namespace) -> int:
+    from rlq.experiments.run_folders import PARAMS_FILE
+    from rlq.experiments.run_lock import run_folder_lock
+    from rlq.rl.parallel import JOBS_FOLDER, PICKLED_FOLDER, ResultStore
+
+    run = args.run_dir
+    if not (run / PARAMS_FILE).is_file():
+        raise FileNotFoundError(f"{run} is not a run folder (no {PARAMS_FILE})")
+    store = ResultStore(run / JOBS_FOLDER)
+    if not store.pickled():
+        print(f"{store.folder} holds no pickled job results; nothing to convert")
+        return 0
+    with run_folder_lock(run):
+        written = store.migrate_pickles()
+    print(
+        f"converted {len(written)} job results in {store.folder} to JSON; the pickles are kept in "
+        f"{store.folder / PICKLED_FOLDER} (delete them once the run resumes)"
+    )
+    return 0
+
+
+def _add_migrate_jobs(sub: Any) -> None:
+    p = sub.add_parser(
+        "migrate-jobs",
+        help="convert a trusted run folder's job results saved as pickles to JSON "
+        "(reading a pickle runs the code it holds: only for a folder you made or trust)",
+    )
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(func=_cmd_migrate_jobs)
+
+
 def _cmd_runs(args: argparse.Namespace) -> int:
     from rlq.core.jsonio import read_json
     from rlq.experiments.run_folders import RESULTS_FILE, list_runs, run_state
@@ -261,6 +292,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         result = export_policy(args.source, args.out, args.format, precision=args.precision, name=args.name)
     except TypeError as e:  # an unsupported layer or space
         raise ValueError(str(e)) from e
+    except (FileExistsError, FileNotFoundError):
+        raise
+    except OSError as e:  # a full disk, an over-long or unwritable path: the export left nothing behind
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(args.out) else ""
+        raise ValueError(f"export to {args.out} failed: {e.strerror or e}{where}; nothing was written") from e
     if args.format == "c":
         print(
             f"{result.source} and {result.header.name}: {result.obs_dim} -> {result.action_dim}, "
@@ -322,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_publish(sub)
 
     _add_export(sub)
+
+    _add_migrate_jobs(sub)
 
     p = sub.add_parser("report", help="which paper claims hold: runs/report.html and the verdicts as text")
     p.add_argument(

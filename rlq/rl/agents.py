@@ -22,7 +22,13 @@ from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoard
 from rlq.core import progress
 from rlq.core.jsonio import read_json
 from rlq.rl.algorithms import check_algorithm_name
-from rlq.rl.checkpoints import KEEP_CHECKPOINTS, Checkpointer, latest_checkpoint, move_away_advice
+from rlq.rl.checkpoints import (
+    KEEP_CHECKPOINTS,
+    Checkpointer,
+    latest_checkpoint,
+    load_newest_checkpoint,
+    move_away_advice,
+)
 from rlq.rl.envs import is_atari, make_vec_env
 from rlq.rl.episodes import finished_episodes
 from rlq.rl.seeding import seed_everything
@@ -350,17 +356,19 @@ def _restore_callback_states(stateful: dict[str, Any], saved_state: dict[str, An
 
 
 def load_agent(run_folder: str | Path, env_id: str | None = None):
-    """Return the agent of a run folder (its newest checkpoint), on ``env_id`` or the run's own env."""
+    """Return the agent of a run folder (its newest checkpoint that loads), on ``env_id`` or the run's own env.
+
+    A damaged newest checkpoint is passed over, with a warning, for the one before it
+    (:func:`rlq.rl.checkpoints.load_newest_checkpoint`).
+    """
     run_folder = Path(run_folder)
     params = read_json(run_folder / "params.json")
     if not params:
         raise FileNotFoundError(f"{run_folder} is not a run folder (no params.json)")
     if "algorithm" not in params or "env_id" not in params:
         raise ValueError(f"{run_folder}: params.json names no algorithm and env_id; not an agent's run")
-    found = latest_checkpoint(run_folder / "checkpoints")
-    if found is None:
-        raise FileNotFoundError(f"{run_folder}/checkpoints holds no complete checkpoint")
     env = make_vec_env(env_id or params["env_id"], n_envs=1, seed=params.get("seed", 0))
-    model = algorithm_class(params["algorithm"]).load(found[1], env=env)
+    cls = algorithm_class(params["algorithm"])
+    _, model = load_newest_checkpoint(run_folder / "checkpoints", lambda path: cls.load(path, env=env))
     model.set_logger(quiet_logger(None))
     return model

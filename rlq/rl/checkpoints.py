@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -22,6 +22,7 @@ from rlq.core.jsonio import write_json
 from rlq.core.validation import check_positive_int
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 KEEP_CHECKPOINTS = 3
 """How many checkpoints a training keeps by default, the newest ones."""
 REPLAY_BUFFERS_KEPT = 2
@@ -79,6 +80,41 @@ def move_away_advice(folder: Path, steps: int) -> str:
             ", its replay buffer included" if with_buffer else ""
         )
     return f"Move {', '.join(names)} out of {folder}: {then}."
+
+
+def load_newest_checkpoint(folder: str | Path, load: Callable[[Path], T]) -> tuple[int, T]:
+    """Return ``(timesteps, load(model file))`` of the newest complete checkpoint in ``folder`` that loads.
+
+    A newer checkpoint whose model cannot be loaded (truncated, damaged, foreign) is named in a warning with
+    the error and passed over for the one before it. FileNotFoundError when ``folder`` holds no complete
+    checkpoint; ValueError naming the newest one's error and what to do when none of them loads.
+    """
+    folder = Path(folder)
+    errors: list[str] = []
+    found = latest_checkpoint(folder)
+    while found is not None:
+        steps, path = found
+        try:
+            return steps, load(path)
+        except Exception as e:  # any unreadable model: the one before it may load
+            first = (str(e).strip().splitlines() or [""])[0]
+            error = (
+                first.replace(str(path), path.name)
+                if str(path) in first
+                else f"{path.name}: {type(e).__name__}: {first}"
+            )
+            errors.append(error)
+            found = latest_checkpoint(folder, before=steps)
+            log.warning(
+                "%s: the checkpoint cannot be loaded (%s); %s", folder, error,
+                f"using the checkpoint at {found[0]} steps instead" if found else "no earlier checkpoint is complete",
+            )  # fmt: skip
+    if not errors:
+        raise FileNotFoundError(f"{folder} holds no complete checkpoint")
+    raise ValueError(
+        f"none of the {len(errors)} checkpoints in {folder} can be loaded (newest: {errors[0]}); their files are "
+        "damaged: copy the run folder again from where it was trained, or train it again"
+    )
 
 
 class Checkpointer(BaseCallback):

@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from rlq.core import progress
+from rlq.core.plain_data import read_data, write_data
 from rlq.core.validation import check_positive_int
 
 T = TypeVar("T")
@@ -107,10 +108,32 @@ class JobResults(list):
         self.workers = workers
 
 
-class ResultStore:
-    """Each finished job's result as one pickle file in ``folder``, named after and keyed by the job's keys.
+RESULT_FORMAT = "rlq job result"
+"""What a job store file states it is (with :data:`RESULT_VERSION`), beside the job's key and its result."""
+RESULT_VERSION = 1
+PICKLED_FOLDER = "pickled"
+"""Where :meth:`ResultStore.migrate_pickles` moves the pickles it converted, inside the store's folder."""
 
-    A job's key is its ``keys`` dict when it has one (GST's and QuaRL's jobs do), else its label.
+
+class PickledResults(ValueError):
+    """A job store holds results saved as pickles (``*.pkl``): refused, as reading one can run code."""
+
+    def __init__(self, folder: Path, pickles: Sequence[Path]):
+        shown = ", ".join(p.name for p in pickles[:2]) + (", ..." if len(pickles) > 2 else "")
+        super().__init__(
+            f"{folder} holds {len(pickles)} job result(s) saved as pickles ({shown}), which can "
+            f"run code when read: if you trust the run folder, convert them with `rlq migrate-jobs {folder.parent}` "
+            f"(docs/runs.md); else move {folder} away, and its runs train again"
+        )
+
+
+class ResultStore:
+    """Each finished job's result as one JSON file in ``folder``, named after and keyed by the job's keys.
+
+    A job's key is its ``keys`` dict when it has one (GST's and QuaRL's jobs do), else its label. A result
+    is data, written by :mod:`rlq.core.plain_data` (numbers, strings, lists, dicts, numpy arrays, tensors,
+    DataFrames): reading a store never runs code. Results saved as pickles (``*.pkl``, the store's format before JSON) are
+    refused (:class:`PickledResults`) until :meth:`migrate_pickles` converts them.
     """
 
     def __init__(self, folder: str | Path):
@@ -126,28 +149,95 @@ class ResultStore:
         """Return the file of the result saved under ``key``."""
         text = json.dumps(key, sort_keys=True, default=str)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", "__".join(f"{k}-{v}" for k, v in key.items()))[:80]
-        return self.folder / f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:10]}.pkl"
+        return self.folder / f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:10]}.json"
+
+    def pickled(self) -> list[Path]:
+        """Return the results in ``folder`` saved as pickles."""
+        return sorted(self.folder.glob("*.pkl")) if self.folder.is_dir() else []
+
+    def check_no_pickles(self) -> None:
+        """Raise :class:`PickledResults` when ``folder`` holds pickled results."""
+        pickles = self.pickled()
+        if pickles:
+            raise PickledResults(self.folder, pickles)
 
     def load(self, key: dict[str, Any]) -> tuple[bool, Any]:
-        """Return ``(True, result)`` when a result is saved under ``key``, else ``(False, None)``."""
+        """Return ``(True, result)`` when a result is saved under ``key``, else ``(False, None)``.
+
+        A damaged file counts as none (the job runs again); a pickled result raises :class:`PickledResults`.
+        """
+        path = self.path(key)
+        if not path.is_file():
+            self.check_no_pickles()  # its result may be among them, under a name of an earlier key scheme
+            return False, None
         try:
-            with open(self.path(key), "rb") as f:
-                saved = pickle.load(f)
-        except Exception:  # noqa: BLE001 -- missing, half written or no longer loadable: run the job again
+            saved = read_data(path)
+        except (OSError, ValueError):  # half written by hand, or unreadable: run the job again
             return False, None
-        if not isinstance(saved, dict) or saved.get("key") != json.loads(json.dumps(key, default=str)):
+        if not isinstance(saved, dict) or saved.get("key") != _plain_key(key):
             return False, None
-        return True, saved["result"]
+        return True, saved.get("result")
+
+    def saved(self) -> list[tuple[Path, dict[str, Any], Any]]:
+        """Return ``(file, key, result)`` of every result in ``folder``; ValueError naming a damaged file."""
+        self.check_no_pickles()
+        found = []
+        for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
+            advice = f"move it out of {self.folder}, and its run trains again"
+            try:
+                saved = read_data(path)
+            except ValueError as e:
+                raise ValueError(f"{e}; {advice}") from None
+            if not isinstance(saved, dict) or saved.get("format") != RESULT_FORMAT or "key" not in saved:
+                raise ValueError(f"{path} is damaged: not a job result rlq wrote; {advice}")
+            found.append((path, saved["key"], saved.get("result")))
+        return found
 
     def save(self, key: dict[str, Any], result: Any) -> Path:
-        """Return the file that now holds ``result`` under ``key`` (written whole, then renamed into place)."""
+        """Return the file that now holds ``result`` under ``key`` (written whole, then renamed into place).
+
+        A result holding something that is not data raises TypeError naming where it is and the job.
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.path(key)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "wb") as f:
-            pickle.dump({"key": json.loads(json.dumps(key, default=str)), "result": result}, f)
-        os.replace(tmp, path)
+        record = {
+            "format": RESULT_FORMAT,
+            "version": RESULT_VERSION,
+            "key": _plain_key(key),
+            "result": result,
+        }
+        try:
+            write_data(path, record, where="result")
+        except TypeError as e:
+            where = "result['result']"
+            raise TypeError(str(e).replace(where, f"the result of job {key}", 1)) from None
         return path
+
+    def migrate_pickles(self) -> list[Path]:
+        """Return the JSON files written for each pickled result in ``folder``, the pickles moved to ``pickled/``.
+
+        This reads the pickles, and reading a pickle runs whatever code it holds: call it only for a run
+        folder you trust (``rlq migrate-jobs``). A pickle whose result is not data is left where it is, and
+        the error names it; the results converted before it stay converted.
+        """
+        written = []
+        for pkl in self.pickled():
+            with open(pkl, "rb") as f:
+                saved = pickle.load(f)
+            if not isinstance(saved, dict) or not isinstance(saved.get("key"), dict) or "result" not in saved:
+                raise ValueError(f"{pkl} does not hold a job result ({{'key': ..., 'result': ...}})")
+            try:
+                path = self.save(saved["key"], saved["result"])
+            except TypeError as e:
+                raise ValueError(f"{pkl}: {e}") from None
+            (self.folder / PICKLED_FOLDER).mkdir(exist_ok=True)
+            os.replace(pkl, self.folder / PICKLED_FOLDER / pkl.name)
+            written.append(path)
+        return written
+
+
+def _plain_key(key: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(key, default=str))
 
 
 @dataclass
