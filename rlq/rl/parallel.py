@@ -110,7 +110,8 @@ class JobResults(list):
 class ResultStore:
     """Each finished job's result as one pickle file in ``folder``, named after and keyed by the job's keys.
 
-    A job's key is its ``keys`` dict when it has one (GST's and QuaRL's jobs do), else its label.
+    A job's key is its ``keys`` dict when it has one, else the job itself when every value of it is a
+    plain number, string or None (a notebook's ``dict(env_id=..., seed=..., method=...)``), else its label.
     """
 
     def __init__(self, folder: str | Path):
@@ -120,7 +121,11 @@ class ResultStore:
     def key(job: dict[str, Any], label: str) -> dict[str, Any]:
         """Return the key a job's result is saved under."""
         keys = job.get("keys")
-        return dict(keys) if isinstance(keys, dict) and keys else {"label": label}
+        if isinstance(keys, dict) and keys:
+            return dict(keys)
+        if job and all(v is None or isinstance(v, (str, int, float)) for v in job.values()):
+            return dict(job)
+        return {"label": label}
 
     def path(self, key: dict[str, Any]) -> Path:
         """Return the file of the result saved under ``key``."""
