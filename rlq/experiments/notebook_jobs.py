@@ -10,7 +10,9 @@ its jobs, to :func:`run_notebook_jobs`; seeds, workers, resume and progress stay
 Each job is a dict of plain values (the function's keyword arguments) and names its run: the result is
 saved under it in ``out/jobs/`` as it arrives, and a resumed run (``rlq run --resume``, or ``--reuse``'s
 runs) loads it instead of training again. The run folder's parameters are fixed for its lifetime, so a
-saved result stands for its job.
+saved result stands for its job: in JupyterLab, a parameter changed since the kernel made its run folder
+is refused in one line (:func:`rlq.experiments.run_folders.check_parameters_unchanged`) until ``run_dir()``
+makes a new one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
-from rlq.experiments.run_folders import RESULTS_FILE
+from rlq.experiments.run_folders import RESULTS_FILE, check_parameters_unchanged
 from rlq.rl.parallel import JOBS_FOLDER, JobFailure, JobsFailed, run_jobs
 
 RUN_TABLES = ("summary", "history", "curve", "events")
@@ -47,8 +49,10 @@ def run_notebook_jobs(
     saved in ``out/jobs/`` under its job, and one saved there already is loaded instead of run. A failed job
     does not stop the others: once they are done, ``out/results.json`` lists the failed ones under
     ``failed_jobs`` and :class:`rlq.rl.parallel.JobsFailed` is raised, so ``rlq run --resume`` trains only
-    those. ``progress`` (``print`` in a notebook) gets one line per finished run (:func:`run_line`).
+    those. Raises :class:`rlq.experiments.run_folders.ParametersChanged` before any job when this kernel
+    changed a parameter since it made ``out``. ``progress`` (``print`` in a notebook) gets one line per finished run (:func:`run_line`).
     """
+    check_parameters_unchanged(out)
     labels = [keys_label(job) or f"job {i + 1}" for i, job in enumerate(jobs)]
 
     def finished(index: int, result: Any) -> None:
