@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,3 +286,33 @@ def test_a_jupyterlab_run_folder_holds_its_parameters_and_the_cli_lists_and_resu
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     results = json.loads((folder / "results.json").read_text())
     assert results["status"] == "ok" and results["total"] == 2.0 and results["n_sizes"] == 3
+
+
+def test_a_changed_parameter_trains_in_a_new_interactive_run_folder(tmp_path, monkeypatch):
+    """In JupyterLab: Run All after changing a knob makes a new folder; only the training cell again refuses."""
+    from rlq.experiments import run_folders
+    from rlq.experiments.notebook_jobs import run_notebook_jobs
+
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    monkeypatch.delenv(run_folders.INTERACTIVE_ENV, raising=False)
+    monkeypatch.setenv("RLQ_RUNS", str(tmp_path))
+    namespace = {"s_shift": 0.25, "seeds": [0], "workers": 1}
+    notebook = (namespace, Path("gst_td3_mujoco.ipynb"))
+    monkeypatch.setattr(run_folders, "_kernel_notebook", lambda: notebook)
+    try:
+        first = run_dir()
+        assert json.loads((first / "params.json").read_text()) == namespace
+        namespace["workers"] = 2  # how it runs: the same folder
+        assert run_dir() == first
+        namespace["s_shift"] = 0.5
+        with pytest.raises(
+            run_folders.ParametersChanged, match=r"^s_shift 0.25 -> 0.5 since run folder .*Run All"
+        ):
+            run_notebook_jobs(print, [{"seed": 0}], first)
+        second = run_dir()  # the cell that makes the folder, run again
+        assert second != first and json.loads((second / "params.json").read_text())["s_shift"] == 0.5
+        assert run_notebook_jobs(lambda seed: seed + 1, [{"seed": 0}], second) == [1]
+    finally:
+        for heartbeat in list(run_folders._KERNEL_HEARTBEAT):
+            heartbeat.stop()
+            run_folders._KERNEL_HEARTBEAT.remove(heartbeat)

@@ -7,6 +7,7 @@ variable, and turns the numbers the notebook records with :func:`record` into ``
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import secrets
@@ -74,24 +75,71 @@ def new_run_dir(
     raise FileExistsError(f"no free run folder name under {folder} after 100 draws")
 
 
+INTERACTIVE_ENV = "RLQ_INTERACTIVE_RUN_DIR"
+"""The run folder a kernel made for itself (:func:`run_dir` outside the runner), beside ``RLQ_RUN_DIR``."""
+
+
+class ParametersChanged(ValueError):
+    """A parameter of the kernel changed after its run folder was made: its saved runs were trained otherwise."""
+
+
 def run_dir() -> Path:
     """Return this process's run folder: the runner's ``RLQ_RUN_DIR``, or a new ``runs/interactive/...`` one.
 
     In JupyterLab (no runner) the first call creates a folder, writes its ``params.json``
     (:func:`describe_interactive_run`) and exports it in ``RLQ_RUN_DIR``, so later calls in the same kernel,
-    and :func:`record`, use the same folder.
+    and :func:`record`, use the same folder, as long as the parameters keep their values: once one that
+    shapes a training has changed (:func:`changed_parameters`), the next call creates a new folder, so the
+    changed settings train anew instead of meeting the runs of the old ones.
     """
     env = os.environ.get(RUN_DIR_ENV)
-    if env:
+    if env and not (os.environ.get(INTERACTIVE_ENV) == env and changed_parameters(env)):
         path = Path(env)
         path.mkdir(parents=True, exist_ok=True)
         return path
     from rlq.experiments.paths import default_runs_dir
 
+    if env:  # the kernel's earlier folder stays as it is, resumable with its own parameters
+        for heartbeat in [h for h in _KERNEL_HEARTBEAT if h.path == Path(env)]:
+            heartbeat.stop()
+            _KERNEL_HEARTBEAT.remove(heartbeat)
     path = new_run_dir(default_runs_dir(), "interactive").resolve()
     describe_interactive_run(path)
-    os.environ[RUN_DIR_ENV] = str(path)
+    os.environ[RUN_DIR_ENV] = os.environ[INTERACTIVE_ENV] = str(path)
     return path
+
+
+def changed_parameters(path: str | Path) -> dict[str, tuple[Any, Any]]:
+    """Return ``{name: (in params.json, in this kernel)}`` for each parameter of run folder ``path`` whose value
+    in this kernel is another now; the ones of how it runs and shows (``workers``, ...) are left out."""
+    from rlq.experiments.results import PLUMBING_KEYS
+
+    namespace, _ = _kernel_notebook()
+    changed = {}
+    for name, then in read_json(Path(path) / PARAMS_FILE).items():
+        if name in PLUMBING_KEYS or name not in namespace:
+            continue
+        try:
+            now = json.loads(json.dumps(json_safe(namespace[name], name, strict=True)))
+        except TypeError:
+            continue
+        if now != then:
+            changed[name] = (then, now)
+    return changed
+
+
+def check_parameters_unchanged(path: str | Path) -> None:
+    """Raise :class:`ParametersChanged` (one line: what changed, what to do) when this kernel made run folder
+    ``path`` for itself and has changed a parameter since: its saved runs would stand for the new values."""
+    if os.environ.get(INTERACTIVE_ENV) != str(path):
+        return
+    changed = changed_parameters(path)
+    if changed:
+        shown = ", ".join(f"{name} {then!r} -> {now!r}" for name, (then, now) in changed.items())
+        raise ParametersChanged(
+            f"{shown} since run folder {Path(path).name} was made: run every cell again (Run All), "
+            "so that run_dir() makes a new run folder and the new values train there"
+        )
 
 
 def _kernel_notebook() -> tuple[dict[str, Any], Path | None]:

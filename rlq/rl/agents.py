@@ -270,7 +270,7 @@ def train_agent(  # noqa: PLR0913
     user_callbacks = [] if callback is None else callback if isinstance(callback, list) else [callback]
     stateful = stateful_callbacks(user_callbacks)
     if found is not None:
-        _restore_callback_states(stateful, saved_state, found[1])
+        restore_callback_states(stateful, saved_state, found[1])
     checkpointer = None
     if ckpt_dir is not None:
         checkpointer = Checkpointer(
@@ -340,7 +340,7 @@ def _load_checkpoint(
     return model
 
 
-def _restore_callback_states(stateful: dict[str, Any], saved_state: dict[str, Any], path: Path) -> None:
+def restore_callback_states(stateful: dict[str, Any], saved_state: dict[str, Any], path: Path) -> None:
     """Load each stateful callback's state from a checkpoint's state file, or raise naming what is missing."""
     if not stateful:
         return

@@ -130,7 +130,8 @@ class PickledResults(ValueError):
 class ResultStore:
     """Each finished job's result as one JSON file in ``folder``, named after and keyed by the job's keys.
 
-    A job's key is its ``keys`` dict when it has one (GST's and QuaRL's jobs do), else its label. A result
+    A job's key is its ``keys`` dict when it has one, else the job itself when every value of it is a
+    plain number, string or None (a notebook's ``dict(env_id=..., seed=..., method=...)``), else its label. A result
     is data, written by :mod:`rlq.core.plain_data` (numbers, strings, lists, dicts, numpy arrays, tensors,
     DataFrames): reading a store never runs code. Results saved as pickles (``*.pkl``, the store's format before JSON) are
     refused (:class:`PickledResults`) until :meth:`migrate_pickles` converts them.
@@ -143,7 +144,11 @@ class ResultStore:
     def key(job: dict[str, Any], label: str) -> dict[str, Any]:
         """Return the key a job's result is saved under."""
         keys = job.get("keys")
-        return dict(keys) if isinstance(keys, dict) and keys else {"label": label}
+        if isinstance(keys, dict) and keys:
+            return dict(keys)
+        if job and all(v is None or isinstance(v, (str, int, float)) for v in job.values()):
+            return dict(job)
+        return {"label": label}
 
     def path(self, key: dict[str, Any]) -> Path:
         """Return the file of the result saved under ``key``."""

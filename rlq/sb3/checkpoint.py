@@ -36,6 +36,8 @@ from rlq.compress.block_circulant import circulant_vectors, stored_target
 from rlq.compress.layers import _is_compressible, compressible_layers
 from rlq.compress.masks import mask_of
 from rlq.core.jsonio import json_safe
+from rlq.rl.checkpoints import KEEP_CHECKPOINTS
+from rlq.rl.resume import Checkpoints
 
 POLICY_ENTRY = "rlq/policy.pt"
 OPTIMIZER_PREFIX = "rlq/optimizers/"
@@ -226,3 +228,16 @@ def saved_callback_states(path: str | Path) -> dict[str, Any]:
         if STATE_ENTRY not in archive.namelist():
             return {}
         return json.loads(archive.read(STATE_ENTRY)).get("callbacks", {})
+
+
+class CompressedCheckpoints(Checkpoints):
+    """:class:`rlq.rl.resume.Checkpoints` whose models are saved with :func:`save_compressed` and loaded with
+    :func:`load_compressed`: what a training with GST, pruning or another compression callback needs (a plain
+    model saves and loads as SB3's own)."""
+
+    def __init__(
+        self, folder: str | Path, every: int = 0, *, keep: int = KEEP_CHECKPOINTS, label: str | None = None
+    ):
+        super().__init__(
+            folder, every, keep=keep, save_model=save_compressed, load_model=load_compressed, label=label
+        )

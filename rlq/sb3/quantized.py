@@ -225,6 +225,30 @@ def quantized_policy(
     return QuantizedPolicy(session, size_bytes=size, **common)
 
 
+def weights_only(bits: int) -> str:
+    """Return the weights-only simulated precision at ``bits``: ``"sim8"`` at 8 (``"int8"`` is the kernels)."""
+    return "sim8" if bits == 8 else f"int{bits}"
+
+
+def deployed_qat_policy(model: Any, callback: Any, calibration_obs: Any = None) -> QuantizedPolicy:
+    """Return ``model``, trained with the QAT ``callback``, as it is deployed: its weights at the callback's bits.
+
+    The rule is the weights-only simulated one (:func:`weights_only`) with the callback's ``per_channel``, and
+    the activation quantizers the model trained with act as they are. A model loaded from a checkpoint has
+    none: with the callback's ``activations`` it gets fresh ones calibrated on ``calibration_obs``, as PTQ does.
+    """
+    from rlq.quant.activations import input_quantizers
+
+    fresh_activations = callback.activations and not input_quantizers(model.policy)
+    return quantized_policy(
+        model,
+        weights_only(callback.bits),
+        calibration_obs=calibration_obs,
+        per_channel_linear=callback.per_channel,
+        activations=fresh_activations,
+    )
+
+
 def collect_observations(
     env_id: str,
     n_observations: int = 512,

@@ -22,6 +22,7 @@ import pandas as pd
 from rlq.experiments.quarl.evaluation import evaluate_episodes, solved_threshold
 from rlq.experiments.quarl.run_specs import CALIBRATION_SEED_OFFSET, Progress, RunSpec
 from rlq.rl.evaluate import EVAL_SEED_OFFSET
+from rlq.sb3.quantized import weights_only
 
 FLOAT, KERNEL, WEIGHTS_ONLY, ONNX, NOISE = "float", "kernel", "weights-only", "onnx", "noise"
 """The ``scheme`` of a row: float casts, torch int8 kernels (weights and activations), simulated weights-only
@@ -36,11 +37,6 @@ PTQ_CACHE = "ptq.csv"
 """An agent's evaluation at every precision, in its folder: a resumed run reads it instead of evaluating again."""
 
 COLUMNS = ["precision", "scheme", "bits", "backend", "draw", "mean_return", "std_return", "size_bytes"]
-
-
-def weights_only(bits: int) -> str:
-    """Return the weights-only simulated precision at ``bits``: ``"sim8"`` at 8 (``"int8"`` is the kernels)."""
-    return "sim8" if bits == 8 else f"int{bits}"
 
 
 @dataclass(frozen=True)

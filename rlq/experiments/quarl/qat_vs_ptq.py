@@ -234,6 +234,22 @@ def qat_vs_ptq(  # noqa: PLR0913
     return qat_table, pd.concat([r[1] for r in results], ignore_index=True)
 
 
+def mark_solved(qat_table: pd.DataFrame) -> pd.DataFrame:
+    """Return the evaluations (fp32, PTQ and QAT per run, seed and bit width) with ``run`` and ``solved`` added.
+
+    ``run`` is ``"<algorithm> <environment>"``; ``solved`` says whether the run's fp32 agent of that seed
+    reaches its environment's threshold (:func:`solved_threshold`).
+    """
+    qat_table = qat_table.assign(run=qat_table["algorithm"] + " " + qat_table["environment"])
+    fp32 = qat_table[qat_table.method == "fp32"].set_index(["run", "seed"])["mean_return"]
+    thresholds = {env: solved_threshold(env)[0] for env in qat_table["environment"].unique()}
+    qat_table["solved"] = [
+        thresholds[env] is not None and fp32[(run, seed)] >= thresholds[env]
+        for run, seed, env in zip(qat_table.run, qat_table.seed, qat_table.environment, strict=True)
+    ]
+    return qat_table
+
+
 def qat_summary(qat_table: pd.DataFrame) -> pd.DataFrame:
     """Return the mean and standard deviation over seeds of each run's return, per method (fp32, ptq, qat) and bit width."""
     return (

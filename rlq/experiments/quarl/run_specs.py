@@ -89,6 +89,19 @@ class RunSpec:
             return self.zoo_n_envs
         return n_envs_on_policy if self.algorithm in ON_POLICY else 1
 
+    def model(self, seed: int, n_envs_on_policy: int) -> Any:
+        """Return a fresh SB3 model of this run, seeded ``seed``: its algorithm, hyperparameters, policy and envs."""
+        from rlq.rl.agents import make_model
+
+        return make_model(
+            self.algorithm,
+            self.env_id,
+            seed=seed,
+            n_envs=self.n_envs(n_envs_on_policy),
+            hyperparams=self.hyperparams,
+            policy=self.policy,
+        )
+
     def train(
         self,
         folder: str | Path,

@@ -1,0 +1,83 @@
+"""Notebooks that own their training loop reproduce the quick-preset numbers of the pipelines they replaced.
+
+``tests/data/quick_headlines_before.json`` holds every notebook's results.json at its quick preset, recorded
+on the code in which ``rlq.experiments`` trained each run. A notebook whose cell now calls ``model.learn``
+itself must record the same numbers, to the last bit, on the machine they were recorded on: training on one
+CPU is deterministic, but another CPU's floating point takes TD3 and PPO elsewhere. Measurements of time
+(``timing_keys``) are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+REFERENCE = Path(__file__).resolve().parent / "data" / "quick_headlines_before.json"
+COMPARED = ["gst_td3_mujoco", "quarl_qat"]
+"""One GST and one QuaRL notebook, each training in its own cell."""
+
+
+def cpu_model() -> str:
+    """Return this machine's CPU model, as /proc/cpuinfo names it ("" where there is none)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+
+
+def numbers(results: dict, timing: str, prefix: str = "") -> dict[str, object]:
+    """Return every leaf of ``results`` by its dotted path, measurements of time (``timing``) left out."""
+    leaves: dict[str, object] = {}
+    items = results.items() if isinstance(results, dict) else enumerate(results)
+    for key, value in items:
+        path = f"{prefix}{key}"
+        if re.search(timing, path):
+            continue
+        if isinstance(value, (dict, list)):
+            leaves |= numbers(value, timing, f"{path}.")
+        else:
+            leaves[path] = value
+    return leaves
+
+
+def test_numbers_leave_out_timings_and_reach_every_leaf():
+    results = {"a": {"b": [1.5, {"latency_ms": 3}]}, "wall_time_s": 2, "seeds": [0]}
+    assert numbers(results, "latency|wall_time") == {"a.b.0": 1.5, "seeds.0": 0}
+
+
+@pytest.mark.parametrize("name", COMPARED)
+def test_the_quick_preset_records_the_numbers_it_recorded_before(name, tmp_path):
+    reference = json.loads(REFERENCE.read_text())
+    if cpu_model() != reference["cpu"]:
+        pytest.skip(f"recorded on {reference['cpu']!r}; this machine's CPU {cpu_model()!r} trains otherwise")
+    before = reference["notebooks"][name]
+    result = run_cli("run", name, "--preset", "quick", "--out", str(tmp_path), "--quiet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = Path(result.stdout.strip().splitlines()[-1])
+    assert json.loads((run_dir / "params.json").read_text())["seeds"] == before["seeds"]
+    now = json.loads((run_dir / "results.json").read_text())
+    expected = numbers(before["results"], reference["timing_keys"])
+    got = numbers({k: v for k, v in now.items() if k in before["results"]}, reference["timing_keys"])
+    differ = {
+        k: (expected[k], got.get(k))
+        for k in expected
+        if got.get(k) != expected[k] and expected[k] == expected[k]
+    }
+    assert not differ, f"{name}: numbers that changed (before, now): {differ}"
+    assert set(now) - {
+        "status",
+        "experiment",
+        "preset",
+        "started",
+        "finished",
+        "run_seconds",
+        "train_seconds",
+    } >= set(before["results"])
