@@ -55,7 +55,7 @@ def test_a_failed_run_is_listed_and_raised_once_the_others_are_done(tmp_path):
         run_notebook_jobs(train_one, jobs, tmp_path)
     failed = json.loads((tmp_path / "results.json").read_text())["failed_jobs"]
     assert failed[0]["label"] == "env_id Pendulum-v1, seed 0, method broken"
-    assert len(list((tmp_path / "jobs").glob("*.pkl"))) == 1  # the run that finished is kept
+    assert len(list((tmp_path / "jobs").glob("*.json"))) == 1  # the run that finished is kept
 
 
 def test_run_lines_name_the_run_and_its_numbers():
