@@ -29,7 +29,11 @@ from rlq.rl.parallel import ResultStore
 from rlq.sb3.checkpoint import save_compressed
 
 needs_cc = pytest.mark.skipif(c_compiler() is None, reason="no C compiler (install gcc)")
-FORMATS = [("c", "fp32"), ("c", "int8"), ("c", "int4"), ("c", "int2"), ("onnx", "fp32"), ("onnx", "int8")]
+FORMATS = [
+    ("c", "fp32"), ("c", "int8"), ("c", "int4"), ("c", "int2"),
+    ("onnx", "fp32"), ("onnx", "int8"), ("onnx", "int8 static"),
+]  # fmt: skip
+"""Every exported format; ONNX int8 is dynamic (what ``rlq export`` writes) or static (calibrated QDQ)."""
 
 
 @pytest.fixture(scope="module")
@@ -161,19 +165,28 @@ def test_a_non_finite_observation_gives_no_action_in_every_format(models, algo, 
     model = models[algo]
     obs = _bad_rows(model.observation_space.shape[0])
     if fmt == "c":
-        actions = load_c_policy(export_policy(model, tmp_path / "out", precision=precision))(obs)
+        policy = load_c_policy(export_policy(model, tmp_path / "out", precision=precision))
         missing = np.nan  # the C function writes every action, a discrete one too, as floats
     else:
         pytest.importorskip("onnxruntime")
         from rlq.quant.onnx_backend import OnnxPolicy
 
         calibration = np.random.default_rng(0).normal(size=(32, obs.shape[1])).astype(np.float32)
-        path = export_policy(model, tmp_path / "out", "onnx", precision=precision, calibration=calibration)
-        actions = OnnxPolicy(path)(obs)
+        static = precision.endswith("static")
+        path = export_policy(
+            model,
+            tmp_path / "out",
+            "onnx",
+            precision=precision.split()[0],
+            calibration=calibration if static else None,
+        )
+        policy = OnnxPolicy(path)
         missing = -1 if algo in DEPLOY_DISCRETE else np.nan
-    actions = np.asarray(actions, np.float64).reshape(4, -1)
-    assert np.isfinite(actions[0]).all()
+    actions = np.asarray(policy(obs), np.float64).reshape(4, -1)
     np.testing.assert_array_equal(actions[1:], np.full_like(actions[1:], missing))
+    # the finite row gets its own action, as alone: dynamic int8 scales a whole batch, NaN rows not included
+    alone = np.asarray(policy(obs[:1]), np.float64).reshape(1, -1)
+    assert np.isfinite(actions[0]).all() and np.array_equal(actions[0], alone[0])
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])

@@ -253,9 +253,10 @@ def guard_nonfinite_onnx(path: Path) -> None:
     """Rewrite the ONNX policy at ``path`` so that an observation holding NaN or an infinity gives no action.
 
     Such a row's action becomes NaN in every element (a float action) or -1 (an integer one, an argmax), as
-    :class:`rlq.deploy.runtime.CompiledPolicy` gives. The test is added after quantization, in float, with
-    ``IsNaN``, ``IsInf`` and ``Where``: ONNX Runtime's static quantizer puts quantize-dequantize pairs on
-    every tensor it calibrates, which would turn NaN into a finite code.
+    :class:`rlq.deploy.runtime.CompiledPolicy` gives, and the network sees zeros in its place: dynamic int8
+    quantization scales a whole batch by its range, which one NaN would spoil for every row. The test is
+    added after quantization, in float (``IsNaN``, ``IsInf``, ``Where``): ONNX Runtime's static quantizer puts
+    quantize-dequantize pairs on every tensor it calibrates, which would turn a NaN into a finite code.
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -265,9 +266,9 @@ def guard_nonfinite_onnx(path: Path) -> None:
     (inp,), (out,) = graph.input, graph.output
     width = inp.type.tensor_type.shape.dim[1].dim_value
     is_float = out.type.tensor_type.elem_type == TensorProto.FLOAT
-    rank = len(out.type.tensor_type.shape.dim)
-    raw = f"{out.name}_unguarded"
+    raw, clean = f"{out.name}_unguarded", f"{inp.name}_finite"
     for node in graph.node:
+        node.input[:] = [clean if i == inp.name else i for i in node.input]
         node.output[:] = [raw if o == out.name else o for o in node.output]
     fill = np.array(np.nan, np.float32) if is_float else np.array(-1, np.int64)
     graph.initializer.extend([
@@ -276,16 +277,21 @@ def guard_nonfinite_onnx(path: Path) -> None:
         numpy_helper.from_array(np.array([-1], np.int64), "guard_flat"),
         numpy_helper.from_array(fill, "guard_fill"),
     ])  # fmt: skip
-    bad = "guard_bad" if rank > 1 else "guard_bad_flat"
-    graph.node.extend([
+    test = [
         helper.make_node("IsNaN", [inp.name], ["guard_nan"]),
         helper.make_node("IsInf", [inp.name], ["guard_inf"]),
         helper.make_node("Or", ["guard_nan", "guard_inf"], ["guard_either"]),
-        helper.make_node("Cast", ["guard_either"], ["guard_count_each"], to=TensorProto.FLOAT),
-        helper.make_node("MatMul", ["guard_count_each", "guard_ones"], ["guard_count"]),  # (batch, 1)
+        helper.make_node("Cast", ["guard_either"], ["guard_each"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["guard_each", "guard_ones"], ["guard_count"]),  # (batch, 1)
         helper.make_node("Greater", ["guard_count", "guard_zero"], ["guard_bad"]),
-        *([helper.make_node("Reshape", ["guard_bad", "guard_flat"], ["guard_bad_flat"])] if rank == 1 else []),
-        helper.make_node("Where", [bad, "guard_fill", raw], [out.name]),
-    ])  # fmt: skip
+        helper.make_node("Where", ["guard_bad", "guard_zero", inp.name], [clean]),
+    ]
+    bad = "guard_bad"
+    if len(out.type.tensor_type.shape.dim) == 1:  # an argmax: one action per row
+        test.append(helper.make_node("Reshape", ["guard_bad", "guard_flat"], ["guard_bad_row"]))
+        bad = "guard_bad_row"
+    nodes = [*test, *graph.node, helper.make_node("Where", [bad, "guard_fill", raw], [out.name])]
+    del graph.node[:]
+    graph.node.extend(nodes)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
