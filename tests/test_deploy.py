@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -153,17 +155,26 @@ def test_kernels_and_fallback_agree_on_every_kernel():
 def test_the_environment_variable_forces_the_fallback(monkeypatch):
     monkeypatch.setattr(deploy_runtime, "USE_KERNELS", False)
     model = mlp()
-    compiled = compile_policy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asked for: no warning
+        compiled = compile_policy(model)
     assert not compiled.compiled
     assert_fp32_close(compiled(inputs()), torch_forward(model, inputs()))
 
 
 def test_without_the_compiled_module_everything_runs_in_numpy(monkeypatch):
     monkeypatch.setattr(deploy_runtime, "_policy_kernels", None)  # as an install without a C compiler
+    monkeypatch.setattr(deploy_runtime, "_fallback_warned", [False])
     assert not kernels_available()
     model = mlp()
     block_circulant_(model, 16)
-    compiled = compile_policy(model, "int8", use_kernels=True)
+    with pytest.warns(RuntimeWarning, match="NumPy fallback") as caught:
+        compiled = compile_policy(model, "int8", use_kernels=True)
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process: the second compile is silent
+        compile_policy(model, "int8")
+        compile_policy(model, use_kernels=False)
     assert not compiled.compiled
     _, bound = error_bound(model, compiled, inputs())
     assert np.all(np.abs(compiled(inputs()) - torch_forward(model, inputs())) <= bound)

@@ -16,7 +16,7 @@ from torch import nn
 
 from rlq.compress.gst import GSTAction, fraction_step
 from rlq.compress.layers import Networks
-from rlq.compress.pruning import SCOPES, check_sparsity, gradual_sparsity, magnitude_prune_
+from rlq.compress.pruning import SCOPES, check_block_shape, check_sparsity, gradual_sparsity, magnitude_prune_
 from rlq.core.validation import check_positive_int
 
 
@@ -44,6 +44,9 @@ class GradualPruningConfig:
     """How layers group into networks (see :func:`rlq.compress.find_networks`)."""
     scope: str = "layer"
     """``"layer"``: every eligible layer at the same sparsity; ``"global"``: one magnitude threshold."""
+    prune_block: tuple[int, int] | None = None
+    """Prune whole ``(rows, inputs)`` blocks by L2 norm (rlq's design, see :mod:`rlq.compress.pruning`), e.g.
+    :data:`rlq.compress.pruning.DEPLOY_BLOCK`; None: single entries by magnitude."""
 
     def __post_init__(self) -> None:
         check_positive_int("total_steps", self.total_steps)
@@ -67,6 +70,7 @@ class GradualPruningConfig:
             raise ValueError(f"start_step must be an int >= 0, got {self.start_step!r}")
         if self.scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
+        self.prune_block = check_block_shape(self.prune_block)
 
 
 class GradualPruning:
@@ -122,8 +126,9 @@ class GradualPruning:
         if target == self.applied_sparsity:
             return []
         c = self.config
+        how = {} if c.prune_block is None else {"block": c.prune_block}
         magnitude_prune_(
-            module, target, skip_first_last=c.skip_first_last, scope=c.scope, networks=c.networks
+            module, target, skip_first_last=c.skip_first_last, scope=c.scope, networks=c.networks, **how
         )
         self.applied_sparsity = target
         return [GSTAction(step, "prune", sparsity=target)]

@@ -32,6 +32,14 @@ trained; 0 on-policy), so "25% of training" means a quarter of the updates:
   drop. ``handover="exact"`` keeps the function: the vector mask is expanded (sparsity stays ``s``), so
   the compression ratio falls from ``1 - (1 - s) / B`` to ``s``; a small S_shift makes that fall small.
 
+Block pruning (``prune_block=(R, K)``, our design): every pruning above masks whole blocks, chosen by their
+L2 norm (:func:`rlq.compress.magnitude_prune_` with ``block``). While block-circulant, a layer loses whole
+B-vectors (each one ``B x B`` block of the expanded weight), so the target counts vectors as it counted
+vector entries; after the hand-over its dense weight loses whole ``R x K`` blocks. ``keep_ratio`` re-prunes
+the expanded weight in ``R x K`` blocks at the hand-over; ``exact`` keeps the expanded vector mask (zeros in
+``B x B`` blocks) until the next pruning update re-chooses the mask in ``R x K`` blocks. The reward-aware
+target and its back-off act as without blocks: a lower target regrows the blocks of largest norm.
+
 Two more choices of ours, each a knob so that an ablation can switch it back:
 
 - ``bc_init="scaled"``: at GST's start the projected B-vectors are rescaled so that each layer keeps the
@@ -353,6 +361,13 @@ class GSTSchedule:
             return dict(skip_first_last=self.config.skip_first_last, networks=self.config.networks)
         return dict(skip_first_last=False, networks=[[name] for name in layers])
 
+    def _how(self) -> dict[str, Any]:
+        """Return the pruning keywords of the config: ``scope``, and ``block`` when it prunes in blocks."""
+        how: dict[str, Any] = {"scope": self.config.scope}
+        if self.config.prune_block is not None:
+            how["block"] = self.config.prune_block
+        return how
+
     def _block_circulant_(
         self, module: nn.Module, block_size: int, layers: Sequence[str] | None, hooks: GSTHooks
     ) -> CompressionReport:
@@ -402,11 +417,11 @@ class GSTSchedule:
         for name, layer in named:
             groups.setdefault(self.stored_sparsity(target, block_size_of(layer)), []).append(name)
         if len(groups) <= 1:
-            report = magnitude_prune_(module, next(iter(groups), target), scope=self.config.scope, **where)
+            report = magnitude_prune_(module, next(iter(groups), target), **self._how(), **where)
         else:
             report = CompressionReport()
             for sparsity, names in groups.items():
-                part = magnitude_prune_(module, sparsity, scope=self.config.scope, **self._where(names))
+                part = magnitude_prune_(module, sparsity, **self._how(), **self._where(names))
                 report.compressed += part.compressed
             report.covered_fraction = covered_fraction_of(module, report.compressed)
         _call(hooks.after_prune, previous)

@@ -15,7 +15,7 @@ from torch import nn
 
 from rlq.compress.circulant import check_block_size
 from rlq.compress.layers import CompressionReport, Networks
-from rlq.compress.pruning import SCOPES
+from rlq.compress.pruning import SCOPES, check_block_shape
 from rlq.compress.reward_aware import RewardAwareConfig
 from rlq.core.validation import check_positive_int
 
@@ -59,6 +59,9 @@ class GSTConfig:
     """How layers group into networks (see :func:`rlq.compress.find_networks`)."""
     scope: str = "layer"
     """Pruning scope: ``"layer"`` or ``"global"``."""
+    prune_block: tuple[int, int] | None = None
+    """Prune whole ``(rows, inputs)`` blocks by L2 norm (B-vectors whole while block-circulant), e.g.
+    :data:`rlq.compress.pruning.DEPLOY_BLOCK`; None: single entries by magnitude."""
     target: str = "compression"
     """What the reward-aware target is: each layer's ``"compression"`` in every phase (capped by
     ``max_sparsity``) or the ``"stored"`` values' sparsity (the ablation's ``gst_none``; over-compresses while block-circulant)."""
@@ -111,6 +114,7 @@ class GSTConfig:
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        self.prune_block = check_block_shape(self.prune_block)
         cap = self.sparsity.max_sparsity
         over = [b for b in sizes if self.target == "compression" and 1.0 - 1.0 / b > cap + 1e-12]
         if over:

@@ -7,6 +7,10 @@ pruned module cannot be copied (a target network, say) once it has trained. rlq 
 replaces the attribute by its detached value after each forward: the forward pass itself and its
 gradients to ``<name>_orig`` are untouched; only reading ``layer.weight`` outside a forward gives a
 tensor without history (read ``weight_orig * weight_mask`` for one with history).
+
+Block masks (:func:`prune_blocks_`, :func:`prune_global_blocks_`) are masks like any other, given to
+``prune.custom_from_mask``: a tensor is viewed as 2-D, ``(shape[0], numel / shape[0])``, cut into
+``R x K`` blocks (edge blocks zero-padded), and whole blocks of smallest L2 (Frobenius) norm are masked.
 """
 
 from __future__ import annotations
@@ -78,6 +82,61 @@ def prune_global_l1_(targets: list[tuple[nn.Module, str]], amount: float) -> Non
     prune.global_unstructured(targets, pruning_method=prune.L1Unstructured, amount=amount)
     for module, _ in targets:
         _install_detach_hook(module)
+
+
+def _as_2d(values: Tensor) -> Tensor:
+    return values.detach().reshape(values.shape[0], -1)
+
+
+def block_norms(values: Tensor, block: tuple[int, int]) -> Tensor:
+    """Return the L2 (Frobenius) norm of each ``R x K`` block of ``values`` viewed as 2-D, shape ``(rows/R, cols/K)``.
+
+    ``values`` is viewed as ``(shape[0], numel / shape[0])``; dimensions that ``R`` or ``K`` does not divide
+    are zero-padded, so an edge block's norm is over the entries it holds.
+    """
+    rows, cols = block
+    flat = _as_2d(values).to(torch.float64)
+    padded = torch.zeros(-(-flat.shape[0] // rows) * rows, -(-flat.shape[1] // cols) * cols, dtype=flat.dtype)
+    padded[: flat.shape[0], : flat.shape[1]] = flat
+    tiles = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // cols, cols)
+    return tiles.square().sum(dim=(1, 3)).sqrt()
+
+
+def expand_block_mask(keep: Tensor, block: tuple[int, int], like: Tensor) -> Tensor:
+    """Return the entry mask of shape ``like.shape`` for the block map ``keep`` (1 keeps a whole block)."""
+    rows, cols = block
+    flat = _as_2d(like)
+    entries = keep.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)
+    return entries[: flat.shape[0], : flat.shape[1]].reshape(like.shape).to(like.dtype)
+
+
+def _block_masks(norms: list[Tensor], amount: float) -> list[Tensor]:
+    """Return one block map per norm map: 0 for the ``round(amount * blocks)`` smallest norms over all of them."""
+    flat = torch.cat([n.reshape(-1) for n in norms])
+    pruned = torch.ones_like(flat)
+    count = round(amount * flat.numel())  # prune's own rule for a fraction (_compute_nparams_toprune)
+    if count:
+        pruned[torch.topk(flat, count, largest=False).indices] = 0.0
+    return [m.reshape(n.shape) for m, n in zip(pruned.split([n.numel() for n in norms]), norms, strict=True)]
+
+
+def prune_blocks_(module: nn.Module, name: str, amount: float, block: tuple[int, int]) -> None:
+    """Mask the ``amount`` fraction of ``module.<name>``'s ``R x K`` blocks of smallest L2 norm, whole blocks.
+
+    Like :func:`prune_l1_`, the current mask is baked in first, so the fraction is of all blocks, and
+    blocks zeroed earlier (norm 0) are the first pruned again.
+    """
+    prune_global_blocks_([(module, name, block)], amount)
+
+
+def prune_global_blocks_(targets: list[tuple[nn.Module, str, tuple[int, int]]], amount: float) -> None:
+    """Mask the ``amount`` fraction of the blocks of smallest L2 norm over all ``(module, name, block)`` together."""
+    for module, name, _ in targets:
+        bake_mask_(module, name)
+    values = [stored_tensor(module, name) for module, name, _ in targets]
+    norms = [block_norms(v, block) for v, (_, _, block) in zip(values, targets, strict=True)]
+    for (module, name, block), keep, like in zip(targets, _block_masks(norms, amount), values, strict=True):
+        prune_with_mask_(module, name, expand_block_mask(keep, block, like))
 
 
 def bake_mask_(module: nn.Module, name: str) -> Tensor | None:

@@ -4,6 +4,10 @@ Counting rule (GST, arXiv 2101.09650): over every ``nn.Linear`` and convolution 
 (biases excluded), a dense layer stores all its weights, a block-circulant layer ``out * in / B`` (its
 B-vectors), a pruned layer the entries its mask keeps, and a pruned block-circulant layer the B-vector
 entries its mask keeps. Zeros that no mask enforces are not counted as compressed.
+
+A layer pruned in whole blocks (``magnitude_prune_(..., block=(R, K))``) stores its kept blocks and one
+index per kept block: :func:`block_storage` counts both, and :func:`weight_bytes_per_update` with ``block``
+counts the bytes of that block-CSR form.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+import torch
 from torch import nn
 
 from rlq.compress.block_circulant import block_size_of, circulant_vectors, is_block_circulant, stored_target
 from rlq.compress.layers import dense_weight_numel, weight_layers
-from rlq.compress.masks import mask_of
+from rlq.compress.masks import block_norms, mask_of, stored_tensor
+from rlq.compress.pruning import check_block_shape, pruning_block_of
 from rlq.core.validation import check_positive_int
 
 
@@ -29,6 +35,29 @@ def stored_weight_count(layer: nn.Module) -> int:
     if is_block_circulant(layer):
         return circulant_vectors(layer).numel()
     return dense_weight_numel(layer)
+
+
+def block_storage(layer: nn.Module, block: tuple[int, int]) -> dict[str, int]:
+    """Return what ``layer`` stores when pruned in ``block``-shaped blocks, as block-CSR over its stored values.
+
+    ``block`` is the dense weight's ``(R, K)``; a block-circulant layer's blocks are whole B-vectors
+    (:func:`rlq.compress.pruning.pruning_block_of`). Keys: ``blocks`` (kept, i.e. holding an entry the
+    mask keeps; every block of an unmasked layer), ``block_rows``, ``values`` (``blocks * R * K``, edge
+    blocks padded as they are stored) and ``indices`` (one column index per kept block plus
+    ``block_rows + 1`` row pointers).
+    """
+    target, name = stored_target(layer)
+    mask = mask_of(target, name)
+    present = torch.ones_like(stored_tensor(target, name)) if mask is None else mask
+    rows, cols = shape = pruning_block_of(layer, check_block_shape(block, "block"))
+    kept = block_norms(present, shape) > 0
+    blocks = int(kept.sum())
+    return {
+        "blocks": blocks,
+        "block_rows": int(kept.shape[0]),
+        "values": blocks * rows * cols,
+        "indices": blocks + int(kept.shape[0]) + 1,
+    }
 
 
 def layer_kind(layer: nn.Module) -> str:
@@ -120,7 +149,11 @@ def average_compression_ratio(
 
 
 def weight_bytes_per_update(
-    module: nn.Module, value_bytes: int = 4, index_bytes: int = 4, passes: int = 1
+    module: nn.Module,
+    value_bytes: int = 4,
+    index_bytes: int = 4,
+    passes: int = 1,
+    block: tuple[int, int] | None = None,
 ) -> dict[str, float]:
     """Return bytes of weights read per training update: ``dense_bytes``, ``compressed_bytes``, ``reduction``.
 
@@ -129,7 +162,9 @@ def weight_bytes_per_update(
     kept entry, plus one ``index_bytes`` row pointer per row and one more), over the weight viewed as
     ``out x (in * prod(kernel))`` or, for pruned B-vectors, the vectors viewed as
     ``(out/B * in/B) x (B * prod(kernel))``; when dense storage of those values is smaller than CSR (low
-    sparsity), the dense form is counted. ``passes`` multiplies both (e.g. 2 for forward and backward).
+    sparsity), the dense form is counted. With ``block``, the layers pruned in blocks of that shape are
+    counted as block-CSR instead (:func:`block_storage`: kept blocks' values plus one index per kept block
+    and per block row, and one more). ``passes`` multiplies both (e.g. 2 for forward and backward).
     ``reduction`` is ``1 - compressed / dense``. Biases are not counted.
     """
     for label, value in (("value_bytes", value_bytes), ("index_bytes", index_bytes), ("passes", passes)):
@@ -147,6 +182,10 @@ def weight_bytes_per_update(
             rows, stored_numel = _weight_shape(layer)[0], numel
         if mask is None:
             compressed_bytes += stored_numel * value_bytes
+        elif block is not None:
+            stored = block_storage(layer, block)
+            blocked = stored["values"] * value_bytes + stored["indices"] * index_bytes
+            compressed_bytes += min(blocked, stored_numel * value_bytes)
         else:
             csr = int(mask.count_nonzero()) * (value_bytes + index_bytes) + (rows + 1) * index_bytes
             compressed_bytes += min(csr, stored_numel * value_bytes)

@@ -13,11 +13,12 @@ zero pruned, and lowering it regrows the largest-magnitude pruned entries starti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from torch import nn
 
-from rlq.compress.block_circulant import stored_target
+from rlq.compress.block_circulant import block_size_of, stored_target
 from rlq.compress.layers import (
     CompressionReport,
     Networks,
@@ -25,15 +26,61 @@ from rlq.compress.layers import (
     compressible_layers,
     covered_fraction_of,
 )
-from rlq.compress.masks import bake_mask_, mask_of, prune_global_l1_, prune_l1_
+from rlq.compress.masks import (
+    bake_mask_,
+    mask_of,
+    prune_global_blocks_,
+    prune_global_l1_,
+    prune_l1_,
+    stored_tensor,
+)
 from rlq.core.validation import check_fraction, check_positive_int
 
 SCOPES = ("layer", "global")
+DEPLOY_BLOCK = (16, 4)
+"""The block shape ``(rows, inputs)`` to prune in for ``rlq.deploy``'s block-sparse int8 kernel.
+
+That kernel (``sparse_i8`` in ``rlq/deploy/_policy_kernels.c``) walks the weight one block row of ``R``
+output rows at a time: it gathers the input slices of the row's kept blocks into one contiguous buffer,
+then runs the dense u8 x s8 dot of each of the ``R`` rows over it, four rows sharing every load. The
+gather, the column index (one int32 per kept block) and the row pointer are paid once per block, so a
+taller block spreads them over more rows: at 16 x 4 one 4-byte index per 64 codes, and the gather of a
+block row feeds 16 rows. ``K = 4`` keeps the blocks narrow along the inputs (finer pruning than 8 x 8 or
+4 x 16 at the same 64 entries) while a 4-input slice is still one word to gather and one u8 x s8 quad,
+the unit that VNNI's ``vpdpbusd`` sums into an int32 lane. It is also the first shape
+``rlq.deploy.formats.choose_block`` tries, and 16 and 4 divide the widths of rlq's usual networks (64,
+256, 400 x 300). This is a reading of the kernel's loops, not a measurement."""
 
 
 def check_sparsity(sparsity: float, name: str = "sparsity") -> float:
     """Return ``sparsity`` as a float if it is a number in [0, 1), else raise ValueError."""
     return check_fraction(name, sparsity, high_open=True)
+
+
+def check_block_shape(block: Sequence[int] | None, name: str = "prune_block") -> tuple[int, int] | None:
+    """Return ``block`` as a ``(rows, inputs)`` pair of positive ints (None stays None), else raise ValueError."""
+    if block is None:
+        return None
+    if (
+        isinstance(block, (str, bytes))
+        or len(block) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise ValueError(f"{name} is (rows, inputs), two positive ints; got {block!r}")
+    return int(block[0]), int(block[1])
+
+
+def pruning_block_of(layer: nn.Module, block: tuple[int, int]) -> tuple[int, int]:
+    """Return the block shape ``layer``'s stored values are pruned in under ``block`` (see the module docstring).
+
+    ``block`` for a dense weight viewed as 2-D; for a block-circulant layer one whole B-vector,
+    ``(1, B * prod(kernel))`` of its vectors viewed as 2-D.
+    """
+    size = block_size_of(layer)
+    if size is None:
+        return block
+    kernel = stored_tensor(*stored_target(layer)).shape[3:]
+    return 1, size * math.prod(kernel)
 
 
 def is_pruned(layer: nn.Module) -> bool:
@@ -56,6 +103,7 @@ def magnitude_prune_(
     scope: str = "layer",
     networks: Networks = "sequential",
     layers: Sequence[str] | None = None,
+    block: Sequence[int] | None = None,
 ) -> CompressionReport:
     """Return a report after masking the smallest-magnitude stored values of the eligible layers in place.
 
@@ -64,8 +112,11 @@ def magnitude_prune_(
     (``prune.global_unstructured``); note that B-vector entries, being diagonal averages, tend to be smaller
     than dense weights and so are pruned first under a global scope. ``layers`` (qualified names) overrides
     the eligibility rule (``skip_first_last``, ``networks``) of :func:`rlq.compress.eligible_layers`.
+    ``block=(R, K)`` masks whole blocks by their L2 norm instead (see the module docstring); ``sparsity`` is
+    then the fraction of blocks pruned, of each layer or of all of them.
     """
     sparsity = check_sparsity(sparsity)
+    block = check_block_shape(block, "block")
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     if layers is None:
@@ -79,7 +130,15 @@ def magnitude_prune_(
         reasons = {name: "not in the given layers" for name in by_name if name not in set(layers)}
     report = CompressionReport(dense=dict(reasons), compressed=[name for name, _ in targets])
     stored = [stored_target(layer) for _, layer in targets]
-    if scope == "layer":
+    if block is not None:
+        blocks = [
+            (*target, pruning_block_of(layer, block))
+            for target, (_, layer) in zip(stored, targets, strict=True)
+        ]
+        groups = [[b] for b in blocks] if scope == "layer" else [blocks] if blocks else []
+        for group in groups:
+            prune_global_blocks_(group, sparsity)
+    elif scope == "layer":
         for target, name in stored:
             prune_l1_(target, name, sparsity)
     elif stored:

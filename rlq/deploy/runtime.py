@@ -20,6 +20,7 @@ next code where the two compute them in another order, within :func:`rlq.deploy.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,9 +61,24 @@ NO_ACTION = -1
 """The discrete action of an observation that is not finite (see :class:`CompiledPolicy`): no valid index."""
 
 
+FALLBACK_WARNING = (
+    "rlq.deploy runs compiled policies in its NumPy fallback, about 50x slower at batch 1: the C kernels "
+    "(rlq/deploy/_policy_kernels.c) are not built; run `python setup.py build_ext --inplace` with a C compiler"
+)
+"""The one line :func:`compile_policy` warns with, once per process, when it falls back for want of the build."""
+_fallback_warned = [False]  # one warning per process: a per-call warning would flood an evaluation loop
+
+
 def kernels_available() -> bool:
     """Return whether the compiled policy kernels (``rlq/deploy/_policy_kernels.c``) were built with this install."""
     return _policy_kernels is not None
+
+
+def _warn_fallback_once() -> None:
+    """Warn (``RuntimeWarning``, one line) the first time a policy runs in NumPy because the kernels are not built."""
+    if not _fallback_warned[0]:
+        _fallback_warned[0] = True
+        warnings.warn(FALLBACK_WARNING, RuntimeWarning, stacklevel=3)
 
 
 def plan_layer(
@@ -241,7 +257,8 @@ def compile_policy(
     ``"int8"`` or ``"int16"`` (default: ``precision``, ``"int8"`` under a low-bit ``precision``).
 
     ``use_kernels``: None uses the compiled kernels where built (see :data:`USE_KERNELS`); False forces the
-    NumPy fallback. Unsupported layers and spaces raise a ``TypeError`` naming them. How close the result is
+    NumPy fallback. Where the kernels are wanted but not built (:func:`kernels_available` is False), the
+    first call in a process warns with :data:`FALLBACK_WARNING` (a ``RuntimeWarning``) and runs NumPy. Unsupported layers and spaces raise a ``TypeError`` naming them. How close the result is
     to the PyTorch forward: :func:`rlq.deploy.error_bound`.
     """
     circulant = _check_options(precision, circulant_precision, max_sparse_density)
@@ -251,4 +268,6 @@ def compile_policy(
     if output.kind == "continuous":
         ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
     kernels = USE_KERNELS if use_kernels is None else bool(use_kernels)
+    if kernels and not kernels_available():
+        _warn_fallback_once()
     return CompiledPolicy(ops, output, specs[0].n_in, kernels)

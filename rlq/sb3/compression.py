@@ -319,13 +319,15 @@ class CompressionCallback(BaseCallback):
         }
         self._record.add_event(row)
 
-    def _prune_(self, sparsity: float, scope: str) -> list[str]:
-        """Prune the eligible online layers to ``sparsity`` by magnitude and give targets the same masks."""
+    def _prune_(self, sparsity: float, scope: str, block: tuple[int, int] | None = None) -> list[str]:
+        """Prune the eligible online layers to ``sparsity`` by magnitude (whole ``block``s when given) and
+        give targets the same masks."""
         layers = self._require_layers()
         previous = {
             name: mask.clone() for name in layers.eligible if (mask := self._mask_of(name)) is not None
         }
-        report = magnitude_prune_(self.model.policy, sparsity, scope=scope, layers=layers.eligible)
+        how = {} if block is None else {"block": block}
+        report = magnitude_prune_(self.model.policy, sparsity, scope=scope, layers=layers.eligible, **how)
         self._after_prune_(previous)
         return report.compressed
 

@@ -79,6 +79,10 @@ class GSTCallback(CompressionCallback):
       which optimizer state a structural change drops (defaults: ``"compression"``, ``"scaled"``,
       ``"changed"``; the other values are the ablation's settings without its fixes).
     - ``skip_first_last``, ``scope``: which layers, and per-layer or global magnitude ranking.
+    - ``prune_block``: ``(rows, inputs)`` to prune whole blocks by their L2 norm (B-vectors whole while
+      block-circulant; rlq's design), e.g. ``rlq.compress.pruning.DEPLOY_BLOCK = (16, 4)``, the shape
+      ``rlq.deploy``'s block-sparse kernel reads best (the reason is in its docstring), so that the final
+      actor compiles block-sparse; None (default): single weights by magnitude.
 
     ``networks`` is chosen by the callback from the SB3 policy (leave it at its default). Other knobs:
     ``reward_window``, ``log_every``, ``cache_rollouts`` and ``verbose`` as in :class:`CompressionCallback`.

@@ -32,6 +32,9 @@ class GradualPruningCallback(CompressionCallback):
     - ``update_every``: steps between two mask updates (Δt; default: 1% of ``t1 - t0``).
     - ``total_steps``: ``T`` (default: ``total_timesteps`` of the first ``learn`` call).
     - ``initial_sparsity``: ``s_i``; ``scope``: ``"layer"`` or ``"global"`` magnitude ranking.
+    - ``prune_block``: ``(rows, inputs)`` to prune whole blocks by their L2 norm (rlq's design), e.g.
+      ``rlq.compress.pruning.DEPLOY_BLOCK = (16, 4)``, the shape ``rlq.deploy``'s block-sparse kernel reads
+      best (the reason is in its docstring); None (default): single weights by magnitude.
     - ``skip_first_last``, ``reward_window``, ``log_every``, ``cache_rollouts``, ``verbose``: as in
       :class:`CompressionCallback`.
 
@@ -56,6 +59,7 @@ class GradualPruningCallback(CompressionCallback):
         log_every: int = 1000,
         cache_rollouts: bool = True,
         verbose: int = 0,
+        prune_block: tuple[int, int] | None = None,
     ):
         super().__init__(skip_first_last, reward_window, log_every, cache_rollouts, verbose)
         if update_every is not None:
@@ -70,6 +74,7 @@ class GradualPruningCallback(CompressionCallback):
             initial_sparsity=initial_sparsity,
             skip_first_last=skip_first_last,
             scope=scope,
+            prune_block=prune_block,
         )
         if total_steps is not None:
             self.total_steps = check_positive_int("total_steps", total_steps)
@@ -119,7 +124,7 @@ class GradualPruningCallback(CompressionCallback):
         if self.pruned and target == self.applied_sparsity:
             return False
         with self._changing_structure():
-            names = self._prune_(target, self._settings.scope)
+            names = self._prune_(target, self._settings.scope, self._settings.prune_block)
         self.applied_sparsity, self.pruned = target, True
         self._record_event("prune", names, sparsity=target)
         self._log("prune")
