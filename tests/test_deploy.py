@@ -238,6 +238,52 @@ def test_a_batch_is_its_rows():
     assert compiled(x[:0]).shape == (0, 6)
 
 
+LAYER_KINDS = (
+    "dense_fp32",
+    "dense_int8",
+    "sparse_int8",
+    "circulant_fp32",
+    "circulant_int8",
+    "circulant_int16",
+)
+
+
+def one_layer(kind: str) -> tuple[nn.Sequential, str, str | None]:
+    """Return a Linear(72 -> 48) + Tanh that compiles to ``kind``, with compile_policy's precisions."""
+    torch.manual_seed(LAYER_KINDS.index(kind))
+    layer = nn.Linear(72, 48)
+    if kind == "sparse_int8":
+        keep = torch.rand(48 // 16, 72 // 4) < 0.3
+        prune_with_mask_(layer, "weight", keep.repeat_interleave(16, 0).repeat_interleave(4, 1).float())
+    if kind.startswith("circulant"):
+        block_circulant_(nn.Sequential(layer), 8, skip_first_last=False)
+        return nn.Sequential(layer, nn.Tanh()), "fp32", kind.split("_")[1]
+    return nn.Sequential(layer, nn.Tanh()), kind.split("_")[1], None
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64, 65])
+@pytest.mark.parametrize("kind", LAYER_KINDS)
+def test_every_layer_kind_at_batch_1_and_more_matches_pytorch(kind, batch, use_kernels):
+    model, precision, circulant = one_layer(kind)
+    compiled = compile_policy(model, precision, circulant_precision=circulant, use_kernels=use_kernels)
+    assert compiled.ops[0].kernel == kind and compiled.compiled == use_kernels
+    x = inputs(batch, 72, seed=batch)
+    y = compiled(x)
+    if kind.endswith("int8") and not kind.startswith("circulant"):
+        reference = np.tanh(dense_int8_reference(model[0], x))  # the documented int8 arithmetic, in PyTorch
+        np.testing.assert_allclose(y, reference, rtol=0, atol=1e-5)
+    elif kind in ("dense_fp32", "circulant_fp32"):
+        assert_fp32_close(y, torch_forward(model, x))
+    else:  # int8 and int16 DFT codes: within the worst-case bound of their quantization
+        _, bound = error_bound(model, compiled, x)
+        assert np.all(np.abs(y - torch_forward(model, x)) <= bound)
+    rows = np.concatenate([compiled(x[i : i + 1]) for i in range(batch)])
+    if use_kernels:  # the kernels compute a batch as its rows, bit for bit
+        np.testing.assert_array_equal(y, rows)
+    else:  # NumPy's matrix products may sum a batch in another order than a row
+        np.testing.assert_allclose(y, rows, rtol=0, atol=1e-5)
+
+
 def test_weight_bytes_count_the_stored_forms():
     model = mlp((17, 512, 512, 512, 6))
     dense = compile_policy(model, "int8").weight_bytes
