@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -155,14 +156,21 @@ def test_a_kill_mid_job_keeps_the_published_jobs_and_nothing_of_the_one_in_fligh
     )  # no staging folder left behind
 
 
-def test_a_job_trained_under_another_commit_is_refused(checkout):
-    root = checkout()
+def first_job_run(root: Path, name: str, results: dict, params: dict) -> tuple[Any, Path, Path]:
+    """Make a run folder ``name`` with these ``results.json`` and ``params.json`` in the design's first job's
+    folder; return the job, its folder and the run folder."""
     job = registered_jobs(read_design(root / "data" / SPEC_FILE))[0]
     folder = cp.job_dir(root, job)
-    run = folder / "gst_td3_mujoco" / "run-1"
+    run = folder / "gst_td3_mujoco" / name
     run.mkdir(parents=True)
-    write_json(run / "results.json", {"status": "ok", "experiment": "gst_td3_mujoco"})
-    write_json(run / "params.json", {})
+    write_json(run / "results.json", results)
+    write_json(run / "params.json", params)
+    return job, folder, run
+
+
+def test_a_job_trained_under_another_commit_is_refused(checkout):
+    root = checkout()
+    job, folder, run = first_job_run(root, "run-1", {"status": "ok", "experiment": "gst_td3_mujoco"}, {})
     (run / "summary.csv").write_text(
         "env_id,seed,method,avg_compression_ratio,covered_fraction\nE,1000,gst,1,1\n"
     )
@@ -197,12 +205,9 @@ def test_an_uncommitted_change_to_the_design_is_refused(checkout):
 
 def test_a_job_cut_off_resumes_its_run_folder(checkout):
     root = checkout()
-    job = registered_jobs(read_design(root / "data" / SPEC_FILE))[0]
-    folder = cp.job_dir(root, job)
-    run = folder / "gst_td3_mujoco" / "run-cut"
-    run.mkdir(parents=True)
-    write_json(run / "params.json", {"methods": ["gst"], "seeds": [1000]})
-    write_json(run / "results.json", {"status": "interrupted"})
+    _, folder, run = first_job_run(
+        root, "run-cut", {"status": "interrupted"}, {"methods": ["gst"], "seeds": [1000]}
+    )
     campaign(root, hours=0.05)
     record = read_json(folder / cp.JOB_FILE)
     assert record["command"][3:5] == ["run", "--resume"] and record["command"][5] == str(run)

@@ -29,18 +29,9 @@ def render(readme_text: str) -> str:
 
 def main(argv: list[str]) -> int:
     """Rewrite README.md's confirmatory table, or with ``--check`` return 1 when it is out of date."""
-    current = README.read_text()
-    text = render(current)
-    if "--check" in argv:
-        if current != text:
-            print(
-                f"{README}'s confirmatory table is out of date: run python tools/readme_claims.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    README.write_text(text)
-    return 0
+    from readme_experiments import rewrite_readme
+
+    return rewrite_readme(argv, render, "confirmatory table", "readme_claims.py")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ The table sits between :data:`BEGIN` and :data:`END`; nothing else in README.md 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,20 +64,23 @@ def render(readme_text: str, notebooks: str | Path | None = None) -> str:
     return splice(readme_text, table(list_experiments(notebooks)))
 
 
-def main(argv: list[str]) -> int:
-    """Rewrite README.md's experiments table, or with ``--check`` return 1 when it is out of date."""
+def rewrite_readme(argv: list[str], render_text: Callable[[str], str], what: str, script: str) -> int:
+    """Rewrite README.md through ``render_text``, or with ``--check`` in ``argv`` return 1 when it is out of
+    date, naming its ``what`` (e.g. "experiments table") and the ``script`` that regenerates it."""
     current = README.read_text()
-    text = render(current)
+    text = render_text(current)
     if "--check" in argv:
         if current != text:
-            print(
-                f"{README}'s experiments table is out of date: run python tools/readme_experiments.py",
-                file=sys.stderr,
-            )
+            print(f"{README}'s {what} is out of date: run python tools/{script}", file=sys.stderr)
             return 1
         return 0
     README.write_text(text)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    """Rewrite README.md's experiments table, or with ``--check`` return 1 when it is out of date."""
+    return rewrite_readme(argv, render, "experiments table", "readme_experiments.py")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from rlq.experiments import confirmatory_statistics as cs
+from rlq.experiments.claim_spec import key_value_pairs
 from rlq.experiments.paths import data_dir
 
 SPEC_FILE = "claims_confirmatory.csv"
@@ -103,13 +104,8 @@ def _number(raw: dict[str, str], name: str, line: int, kind: type = float) -> fl
 
 
 def _rows(text: str, line: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    out = []
-    for item in filter(None, (t.strip() for t in text.split(";"))):
-        key, sep, values = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{SPEC_FILE} line {line}: rows {item!r} is not column=value[|value]")
-        out.append((key.strip(), tuple(v.strip() for v in values.split("|"))))
-    return tuple(out)
+    pairs = key_value_pairs(text, "rows", f"{SPEC_FILE} line {line}")
+    return tuple((key, tuple(v.strip() for v in values.split("|"))) for key, values in pairs)
 
 
 def _arms(text: str, line: int) -> tuple[tuple[str, int], ...]:

@@ -104,14 +104,20 @@ class ClaimSpec:
         return float(paper_value) + (delta if sign == "+" else -delta)
 
 
-def _pairs(text: str, what: str, line: int) -> tuple[tuple[str, str], ...]:
+def key_value_pairs(text: str, what: str, where: str) -> tuple[tuple[str, str], ...]:
+    """Return the ``key=value`` items of ``text`` (``;``-separated) as pairs; raise naming ``where`` (a file
+    and its line) and ``what`` (the field) when an item is not ``key=value``."""
     out = []
     for item in filter(None, (t.strip() for t in text.split(";"))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"claims.csv line {line}: {what} {item!r} is not key=value")
+            raise ValueError(f"{where}: {what} {item!r} is not key=value")
         out.append((key.strip(), value.strip()))
     return tuple(out)
+
+
+def _pairs(text: str, what: str, line: int) -> tuple[tuple[str, str], ...]:
+    return key_value_pairs(text, what, f"claims.csv line {line}")
 
 
 def _row(raw: dict[str, str], line: int) -> ClaimSpec:  # noqa: C901
