@@ -112,7 +112,7 @@ _STATUS_BOX = f"""() => {{
 _STATUS = re.compile(r"return (-?\d+(?:\.\d+)?)")
 
 
-def _start_lab(root: Path, runs: Path) -> tuple[subprocess.Popen, str]:
+def _start_lab(root: Path, runs: Path, notebook: str = "tuner.ipynb") -> tuple[subprocess.Popen, str]:
     port, token = _free_port(), secrets.token_hex(16)
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}"]
     command += [
@@ -131,7 +131,7 @@ def _start_lab(root: Path, runs: Path) -> tuple[subprocess.Popen, str]:
         env={**os.environ, "RLQ_RUNS": str(runs), "JUPYTER_CONFIG_DIR": str(labconfig.parent)},
     )
     _wait_for_server(f"http://127.0.0.1:{port}/api/status?token={token}")
-    return server, f"http://127.0.0.1:{port}/lab/tree/tuner.ipynb?token={token}"
+    return server, f"http://127.0.0.1:{port}/lab/tree/{notebook}?token={token}"
 
 
 def _reward(page, at_least: int, timeout_ms: int = 180_000) -> dict:
@@ -240,21 +240,23 @@ def _fits(box: dict) -> bool:
     )
 
 
-def test_the_tuner_keeps_its_points_across_a_reload_in_jupyterlab(tmp_path):
+def _in_lab(tmp_path: Path, notebook: Path, name: str, use) -> dict:
+    """Open a copy of ``notebook`` named ``name`` in JupyterLab (run folders under ``tmp_path/runs``) in
+    headless Chromium; return what ``use(page, url, tmp_path)`` saw there."""
     _needs_browser()
     from playwright.sync_api import sync_playwright
 
     root = tmp_path / "lab"
     root.mkdir()
-    nb = pm.iorw.load_notebook_node(str(NOTEBOOK))  # the committed parameters: the quick preset's
-    (root / "tuner.ipynb").write_text(json.dumps(nb))
-    server, url = _start_lab(root, tmp_path / "runs")
+    nb = pm.iorw.load_notebook_node(str(notebook))  # the committed parameters: the quick preset's
+    (root / name).write_text(json.dumps(nb))
+    server, url = _start_lab(root, tmp_path / "runs", name)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             try:
-                seen = _use_the_tuner(page, url, tmp_path)
+                return use(page, url, tmp_path)
             finally:
                 page.screenshot(path=str(tmp_path / "last.png"), full_page=True)
                 browser.close()
@@ -264,6 +266,10 @@ def test_the_tuner_keeps_its_points_across_a_reload_in_jupyterlab(tmp_path):
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def test_the_tuner_keeps_its_points_across_a_reload_in_jupyterlab(tmp_path):
+    seen = _in_lab(tmp_path, NOTEBOOK, "tuner.ipynb", _use_the_tuner)
     run_all, method, slider, reload = seen["run_all"], seen["method"], seen["slider"], seen["reload"]
     assert run_all["xtype"] == "log" and len(run_all["y"]) == 5
     assert max(run_all["y"]) - min(run_all["y"]) > MIN_RETURN_SPREAD, run_all["y"]
@@ -295,3 +301,82 @@ def test_the_tuner_keeps_its_points_across_a_reload_in_jupyterlab(tmp_path):
         assert _fits(seen[box]), (box, seen[box])
     assert reload["x"] == slider["x"] and reload["y"] == slider["y"]  # every point survives the reload
     assert seen["errors"] == 0 and seen["news"] == 0
+
+
+#: the code cells' prompts: the execution count each shows (None while queued or never run)
+_PROMPTS = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => {
+  const m = e.textContent.match(/\\[(\\d+)\\]/); return m ? Number(m[1]) : null; })"""
+
+
+def _run_all_cells(page, timeout_ms: int) -> list[int | None]:
+    """Run > Run All Cells; return the prompts once every code cell ran anew or the run stopped at an error."""
+    before = max(filter(None, page.evaluate(_PROMPTS)), default=0)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    page.wait_for_function(
+        f"""() => {{ const p = ({_PROMPTS})();
+            return p.every(n => n !== null && n > {before})
+                || document.querySelector("[data-mime-type='application/vnd.jupyter.error']") !== null; }}""",
+        timeout=timeout_ms,
+    )
+    _idle(page, timeout_ms)
+    return page.evaluate(_PROMPTS)
+
+
+def _rerun_then_change(page, url: str, tmp_path: Path, change: str) -> dict:
+    """Run All; Run All again, unchanged; then append ``change`` to the parameters cell and Run All. Return
+    each pass's error outputs and output text, the run folders, and the times of what training and export
+    wrote (saved jobs, models, exported files) after each pass."""
+
+    def written(f: Path) -> bool:
+        return "jobs" in f.parts or f.suffix in (".zip", ".c", ".h", ".onnx", ".pt")
+
+    seen = {}
+    page.goto(url)
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    _idle(page)
+    runs = tmp_path / "runs"
+    wait = int(os.environ.get("RLQ_BROWSER_WAIT_MS", 600_000))
+    for step in ("first", "again", "changed"):
+        if step == "changed":
+            page.locator(".jp-CodeCell .cm-content").first.click()
+            page.keyboard.press("Control+End")
+            page.keyboard.press("Enter")
+            page.keyboard.insert_text(change)
+        _run_all_cells(page, wait)
+        seen[step] = {
+            "errors": page.locator("[data-mime-type='application/vnd.jupyter.error']").all_inner_texts(),
+            "text": "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts()),
+            "folders": sorted(p.name for p in (runs / "interactive").iterdir()),
+            "mtimes": {str(f): f.stat().st_mtime_ns for f in runs.rglob("*") if f.is_file() and written(f)},
+        }
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("notebook", "change", "changed"),
+    [("deploy_policy", "block_size = 8", "B=8"), ("gst_td3_mujoco", "s_shift = 0.5", None)],
+)
+def test_a_rerun_reuses_and_a_changed_knob_trains_anew_in_the_same_kernel(
+    tmp_path, notebook, change, changed
+):
+    """Run All twice with nothing changed: no error, one run folder, nothing trained or exported again. Then a
+    knob changed in the parameters cell and Run All: a second run folder, trained with the new value."""
+    seen = _in_lab(tmp_path, REPO / "notebooks" / f"{notebook}.ipynb", f"{notebook}.ipynb",
+                   lambda page, url, tmp: _rerun_then_change(page, url, tmp, change))  # fmt: skip
+    first, again, after = seen["first"], seen["again"], seen["changed"]
+    assert not first["errors"] + again["errors"] + after["errors"], [
+        first["errors"],
+        again["errors"],
+        after["errors"],
+    ]
+    assert len(first["folders"]) == 1 and again["folders"] == first["folders"]
+    assert again["mtimes"] == first["mtimes"] and first["mtimes"], "a rerun with nothing changed wrote again"
+    assert len(after["folders"]) == 2 and after["folders"][0] == first["folders"][0]
+    new = tmp_path / "runs" / "interactive" / after["folders"][1]
+    key, value = (s.strip() for s in change.split("="))
+    assert json.loads((new / "params.json").read_text())[key] == json.loads(value)
+    assert min(f.stat().st_mtime_ns for f in new.rglob("*") if f.is_file()) > max(first["mtimes"].values())
+    assert changed is None or any(changed in f.read_text() for f in new.rglob("*.h"))  # the new B exported
+    for shown in (first, again, after):  # no machine path in what the notebook prints
+        assert str(tmp_path) not in shown["text"] and sys.prefix not in shown["text"]

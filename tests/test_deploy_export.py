@@ -13,7 +13,7 @@ from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE, circulant_deploy_models
 from rlq.deploy import FP32_RTOL, compile_policy, error_bound
 from rlq.deploy.c_build import c_compiler, load_c_policy
 from rlq.deploy.export import export_policy
-from rlq.deploy.export_c import write_c
+from rlq.deploy.export_c import CExport, write_c
 from rlq.faces.cli import main
 from rlq.rl.agents import make_model
 from rlq.sb3.checkpoint import save_compressed
@@ -120,6 +120,8 @@ def test_pruned_layer_is_exported_block_sparse_with_its_indices(tmp_path):
     exact, bound = error_bound(net, reference, x)
     assert np.all(np.abs(got - exact) <= bound + 1e-5)
     assert export.weight_bytes < dense.weight_bytes
+    for written in (export, dense):  # read back from the folder: sizes and every layer, as written
+        assert CExport.read(written.folder) == written
 
 
 def test_header_states_sizes_and_the_file_builds_strictly(models, tmp_path):
@@ -134,6 +136,7 @@ def test_header_states_sizes_and_the_file_builds_strictly(models, tmp_path):
     # DFT tables, and the action scaling's scale, shift, low and high
     expected = 4 * (3 * 64 + 64 + 64 * 8 + 64 + 64 * 1 + 1 + 2 * 64 + 4)
     assert export.weight_bytes == expected
+    assert CExport.read(export.folder) == export  # the action scaling's layer included
     load_c_policy(export)  # -std=c99 -Wall -Wextra -Werror -pedantic
 
 

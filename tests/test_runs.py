@@ -306,9 +306,10 @@ def test_a_changed_parameter_trains_in_a_new_interactive_run_folder(tmp_path, mo
         assert run_dir() == first
         namespace["s_shift"] = 0.5
         with pytest.raises(
-            run_folders.ParametersChanged, match=r"^s_shift 0.25 -> 0.5 since run folder .*Run All"
-        ):
+            run_folders.ParametersChanged, match=r"^Run All .*: s_shift 0.25 -> 0.5 since"
+        ) as err:
             run_notebook_jobs(print, [{"seed": 0}], first)
+        assert err.value._render_traceback_() == [f"ParametersChanged: {err.value}"]  # IPython: one line
         second = run_dir()  # the cell that makes the folder, run again
         assert second != first and json.loads((second / "params.json").read_text())["s_shift"] == 0.5
         assert run_notebook_jobs(lambda seed: seed + 1, [{"seed": 0}], second) == [1]

@@ -73,7 +73,8 @@ class CExport:
 
     @classmethod
     def read(cls, folder: str | os.PathLike, name: str | None = None) -> CExport:
-        """Return what the export in ``folder`` states, read from its ``<name>.h`` (``ops`` left empty).
+        """Return what the export in ``folder`` states, read from its ``<name>.h``: sizes, and ``ops`` from
+        the header's list of layers.
 
         ``name`` may be left out when the folder holds one ``.h`` and ``.c`` pair. A folder that holds no such
         export raises FileNotFoundError or ValueError naming it and what is missing.
@@ -99,7 +100,11 @@ class CExport:
             if found is None:
                 raise ValueError(f"{header} defines no {name.upper()}_{what}: not a header rlq.deploy wrote")
             sizes.append(int(found.group(1)))
-        return cls(folder, name, *sizes)
+        ops = [
+            dict(name=m[1], kernel=m[2], n_in=int(m[3]), n_out=int(m[4]))
+            for m in re.finditer(r"^ \*   ([^:]+): (.+), (\d+) -> (\d+), \S+$", text, re.M)
+        ]
+        return cls(folder, name, *sizes, ops=ops)
 
 
 def _c_float(v: float) -> str:

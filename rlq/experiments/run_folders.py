@@ -80,7 +80,13 @@ INTERACTIVE_ENV = "RLQ_INTERACTIVE_RUN_DIR"
 
 
 class ParametersChanged(ValueError):
-    """A parameter of the kernel changed after its run folder was made: its saved runs were trained otherwise."""
+    """A parameter of the kernel changed after its run folder was made: its saved runs were trained otherwise.
+
+    IPython shows it as its one line, without a traceback (``_render_traceback_``): it is advice, not a fault.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 def run_dir() -> Path:
@@ -137,8 +143,8 @@ def check_parameters_unchanged(path: str | Path) -> None:
     if changed:
         shown = ", ".join(f"{name} {then!r} -> {now!r}" for name, (then, now) in changed.items())
         raise ParametersChanged(
-            f"{shown} since run folder {Path(path).name} was made: run every cell again (Run All), "
-            "so that run_dir() makes a new run folder and the new values train there"
+            f"Run All to train the new values in a new run folder: {shown} since run folder "
+            f"{Path(path).name} was made"
         )
 
 

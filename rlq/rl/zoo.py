@@ -73,7 +73,8 @@ class ZooSettings:
     """The algorithm's constructor arguments: schedules as :class:`LinearSchedule`, ``policy_kwargs`` as a
     dict, exploration noise as an ``action_noise`` object."""
     source: str = ""
-    """The YAML file and entry read, e.g. ``".../rl_zoo3/hyperparams/dqn.yml: CartPole-v1"``."""
+    """The YAML file and entry read, named inside the installed package (no machine path), e.g.
+    ``"rl_zoo3/hyperparams/dqn.yml: CartPole-v1"``."""
     noise_type: str | None = None
     """The entry's ``noise_type`` (``"normal"``, ``"ornstein-uhlenbeck"``), None without exploration noise."""
     noise_std: float | None = None
@@ -127,7 +128,7 @@ def zoo_entry(algorithm: str, env_id: str) -> tuple[dict[str, Any], str]:
             f"rl-zoo3 has no {algorithm} settings for {env_id!r}; its {zoo_file(algorithm).name} tunes: "
             f"{', '.join(sorted(entries))}"
         )
-    raw, where = dict(entries[key]), f"{zoo_file(algorithm)}: {key}"
+    raw, where = dict(entries[key]), f"rl_zoo3/hyperparams/{zoo_file(algorithm).name}: {key}"
     _check_supported(dict(raw), env_id, where)
     if "n_timesteps" not in raw:
         raise ZooSettingError(f"{where} gives no n_timesteps")
