@@ -8,12 +8,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
 from rlq.experiments.constraints import ConstraintError, check_value, parse_constraint
 from rlq.experiments.tuner_space import SETTING_RANGES
-from rlq.faces.tuner_figures import CURRENT, PLOTLY_MIME, explored_traces
+from rlq.faces.tuner_figures import CURRENT, PLOTLY_MIME, explored_traces, training_figure
 from rlq.faces.tuner_training import short_path
 from rlq.faces.widgets import SparsityTuner, TunerSettings, compress_policy
 from rlq.rl.agents import train_agent
@@ -147,7 +148,14 @@ def test_evaluating_adds_a_point_and_redraws_every_figure(agent):
         [first["mean_return"]], [second["mean_return"]], [second["mean_return"]]
     ]  # fmt: skip
     json.dumps(shown)
-    assert len(tuner.explored()) == 2 and "settings" not in tuner.explored()
+    table = tuner.explored()
+    assert len(table) == 2 and "settings" not in table
+    # the dense point (method none) lists no sparsity, block size or skipped layers: it ignores them
+    assert (
+        table.loc[0, "sparsity"] == 0.5
+        and table.loc[1, ["sparsity", "block_size", "skip_first_last"]].isna().all()
+    )
+    assert table.loc[1, "bits"] == 4 and pd.isna(table.loc[0, "block_size"])  # pruning has no blocks
 
 
 def test_after_a_sweep_the_controls_show_the_setting_the_star_marks(agent):
@@ -223,6 +231,22 @@ def test_controls_and_notebook_constraints_take_the_one_declaration(agent):
         check_value("sweep", [0.5, 0.99], [0.5], sweep)
     with pytest.raises(ConstraintError, match="cannot read"):
         parse_constraint("[kind: tuner.nothing]", "here")
+
+
+def test_a_slider_drag_evaluates_only_where_it_is_let_go(agent):
+    tuner = SparsityTuner(agent, "CartPole-v1", n_episodes=1, auto=False)
+    sliders = [c for c in tuner.controls.values() if hasattr(c, "continuous_update")]
+    assert sliders and all(c.continuous_update is False for c in sliders)
+
+
+def test_the_learning_curve_names_every_line_before_training():
+    import plotly.io as pio
+
+    fig = training_figure(None, [], [], "")
+    assert fig.layout.showlegend is True
+    # plotly.js lists a trace in the legend only when it has a point: each line holds one (empty) point
+    for trace in pio.from_json(fig.to_json()).data:
+        assert len(trace.x) == 1 and trace.x[0] is None and trace.name
 
 
 def test_train_with_these_settings_writes_a_normal_run_folder_and_draws_its_curve(agent, tmp_path):

@@ -96,15 +96,13 @@ class TunerSettings:
         if not isinstance(self.skip_first_last, bool):
             raise ValueError(f"skip_first_last must be a bool, got {self.skip_first_last!r}")
 
-    def evaluated(self) -> TunerSettings:
-        """Return the settings a static evaluation actually uses: whatever this method ignores at its default.
+    def used(self) -> dict[str, Any]:
+        """Return the settings a static evaluation reads, by name, with the method it evaluates as.
 
         S_shift only schedules training; a method without pruning ignores the sparsity, one without
         block-circulant layers the block size; a sparsity of 0 prunes nothing (pruning is then dense, GST
         block-circulant); a dense network compresses no layer, so which layers are skipped does not matter.
-        Two settings with equal ``evaluated()`` give the same compressed policy and the same seeded returns.
         """
-        default = {f.name: f.default for f in fields(self)}
         method = self.method
         if self.sparsity == 0 and method in ("pruning", "gst"):
             method = "none" if method == "pruning" else "block_circulant"
@@ -115,6 +113,14 @@ class TunerSettings:
             kept["block_size"] = self.block_size
         if method in ("pruning", "gst"):
             kept["sparsity"] = self.sparsity
+        return kept
+
+    def evaluated(self) -> TunerSettings:
+        """Return the settings a static evaluation actually uses (:meth:`used`), the ignored ones at their
+        defaults. Two settings with equal ``evaluated()`` give the same compressed policy and seeded returns.
+        """
+        default = {f.name: f.default for f in fields(self)}
+        kept = self.used()
         unused = {name: value for name, value in default.items() if name not in kept}
         return replace(self, **unused, **kept)
 

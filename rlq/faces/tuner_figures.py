@@ -174,7 +174,8 @@ def training_figure(
     ``returns`` and the reference are training episodes (exploration included); ``final``, when given, is
     ``(step, mean return, episodes)`` of the trained policy's own evaluation, drawn as one marker. The
     reference is dashed and drawn over this run's line: both start with the same seeded random warm-up,
-    where their curves coincide.
+    where their curves coincide. The legend names every line before training starts: a line without points
+    yet holds one empty point (plotly.js lists no trace of length 0).
     """
     fig = _base(
         "Learning curve: train with these settings, beside the dense agent's",
@@ -185,11 +186,11 @@ def training_figure(
             title="compression ratio", overlaying="y", side="right", range=[0, 1], showgrid=False,
             tickmode="array", tickvals=list(COMPRESSION_TICKS), tickformat=".0%",
         ),
-        legend=dict(orientation="h", y=-0.25, x=0),
+        legend=dict(orientation="h", y=-0.25, x=0), showlegend=True,
     )  # fmt: skip
     fig.add_scatter(
-        x=[s for s, _ in returns],
-        y=[r for _, r in returns],
+        x=[s for s, _ in returns] or [None],
+        y=[r for _, r in returns] or [None],
         mode="lines+markers",
         name=f"this run, training episodes: {label}"
         if label
@@ -214,8 +215,8 @@ def training_figure(
             marker=dict(size=14, symbol="diamond", color="crimson", line=dict(width=1, color="black")),
         )
     fig.add_scatter(
-        x=[s for s, _ in compression],
-        y=[c for _, c in compression],
+        x=[s for s, _ in compression] or [None],
+        y=[c for _, c in compression] or [None],
         mode="lines",
         name="compression ratio (right axis)",
         yaxis="y2",

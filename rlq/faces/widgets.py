@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,10 @@ def _control(name: str, value: Any) -> widgets.Widget:
     )
     if allowed.choices is not None:
         return widgets.Dropdown(options=allowed.choices, **common)
-    return widgets.FloatSlider(min=allowed.min, max=allowed.max, step=allowed.step, **common)
+    # continuous_update=False: a drag evaluates the value where the slider is let go, not every value passed
+    return widgets.FloatSlider(
+        min=allowed.min, max=allowed.max, step=allowed.step, continuous_update=False, **common
+    )
 
 
 class SparsityTuner:
@@ -396,9 +399,16 @@ class SparsityTuner:
             self._redraw()
 
     def explored(self) -> pd.DataFrame:
-        """Return the explored points as a table (one row per distinct evaluated setting)."""
+        """Return the explored points as a table (one row per distinct evaluated setting); a setting the
+        point's method ignores (a dense policy's sparsity and block size) is left empty."""
         hidden = ("layers", "returns", "settings")
-        return pd.DataFrame([{k: v for k, v in p.items() if k not in hidden} for p in self.points])
+        ignored = [{f.name for f in fields(TunerSettings)} - set(p["settings"].used()) for p in self.points]
+        return pd.DataFrame(
+            [
+                {k: None if k in skip else v for k, v in p.items() if k not in hidden}
+                for p, skip in zip(self.points, ignored, strict=True)
+            ]
+        )
 
     # ----- "train with these settings"
     def start_training(self) -> None:
