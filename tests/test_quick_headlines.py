@@ -20,7 +20,7 @@ from conftest import run_cli
 pytestmark = pytest.mark.slow
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "quick_headlines_before.json"
-COMPARED = ["gst_td3_mujoco", "quarl_qat"]
+COMPARED = ["gst_td3_mujoco", "quarl_qat", "quarl_ptq"]
 """One GST and one QuaRL notebook, each training in its own cell."""
 
 

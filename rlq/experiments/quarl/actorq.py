@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rlq.experiments.quarl.run_specs import Progress
+Progress = Callable[[str], Any] | None
 
 if TYPE_CHECKING:
     from rlq.actorq import ActorQConfig, ActorQResult

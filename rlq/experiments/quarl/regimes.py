@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from rlq.experiments.quarl.run_specs import Progress
+from rlq.experiments.quarl.actorq import Progress
 
 if TYPE_CHECKING:
     from rlq.actorq import ActorQConfig, ActorQResult
