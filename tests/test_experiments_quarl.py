@@ -23,7 +23,7 @@ from rlq.experiments.quarl import (
     quantization_figures,
 )
 from rlq.experiments.quarl.actorq import actor_breakdown_shares, speedup, task_name
-from rlq.experiments.quarl.tables import seed_task_matrix
+from rlq.experiments.quarl.quantization_tables import seed_task_matrix
 from rlq.rl.evaluate import STATED_THRESHOLDS, mark_solved, solved_threshold
 from rlq.rl.run_spec import RunSpec, parse_runs
 from rlq.rl.zoo import zoo_hyperparams

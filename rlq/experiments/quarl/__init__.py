@@ -1,18 +1,18 @@
-"""QuaRL experiments (QuaRL / ActorQ): the tables and figures the QuaRL notebooks draw, and ActorQ's runs.
+"""QuaRL experiments (QuaRL / ActorQ): the tables and figures the QuaRL notebooks draw.
 
-The notebooks train in their own cells (``quarl_ptq``, ``quarl_qat``) or build what they time there
-(``quarl_latency``); what they share sits below, in :mod:`rlq.rl` (:class:`rlq.rl.run_spec.RunSpec`,
-:func:`rlq.rl.evaluate.evaluate_episodes`, :func:`rlq.rl.evaluate.solved_threshold`) and :mod:`rlq.sb3`
-(:class:`rlq.sb3.quantized.Quantizer`, :func:`rlq.sb3.quantized.deployed_qat_policy`).
+The notebooks train in their own cells (``quarl_ptq``, ``quarl_qat``, and ``quarl_actorq`` through
+:func:`rlq.actorq.train`) or build what they time there (``quarl_latency``); what they share sits below, in
+:mod:`rlq.rl` (:class:`rlq.rl.run_spec.RunSpec`, :func:`rlq.rl.evaluate.evaluate_episodes`,
+:func:`rlq.rl.evaluate.solved_threshold`) and :mod:`rlq.sb3` (:class:`rlq.sb3.quantized.Quantizer`,
+:func:`rlq.sb3.quantized.deployed_qat_policy`).
 
-- :mod:`~rlq.experiments.quarl.tables`: PTQ's tables per agent, width and seed, and its headline numbers
+- :mod:`~rlq.experiments.quarl.quantization_tables`: PTQ's tables per agent, width and seed, and its headline numbers
   (:func:`ptq_summary`, :func:`noise_control_table`, :func:`ptq_estimates`, :func:`precision_intervals`,
   :func:`ptq_numbers`); QAT's summary per method and width (:func:`qat_summary`).
-- :mod:`~rlq.experiments.quarl.actorq` (``quarl_actorq``): :func:`train_actorq`, :func:`actorq_summary`,
-  :func:`actor_breakdown`, :func:`learner_breakdown`, :func:`speedup`,
-  :func:`actorq_numbers`.
-- :mod:`~rlq.experiments.quarl.regimes` (``quarl_actorq``): :func:`train_regimes`, :func:`regime_runs`,
-  :func:`regime_comparison` (measured speedup beside :func:`rlq.actorq.predict_speedup`'s), :func:`regime_estimates`,
+- :mod:`~rlq.experiments.quarl.actorq` (``quarl_actorq``): :func:`actorq_summary`, :func:`actor_breakdown`,
+  :func:`learner_breakdown`, :func:`speedup`, :func:`actorq_numbers`.
+- :mod:`~rlq.experiments.quarl.regimes` (``quarl_actorq``): :func:`regime_config` (one run's configuration),
+  :func:`regime_runs`, :func:`regime_comparison` (measured speedup beside :func:`rlq.actorq.predict_speedup`'s), :func:`regime_estimates`,
   :func:`paper_setting_curve`.
 - :mod:`~rlq.experiments.quarl.convergence` (``quarl_actorq``'s convergence section; imported as a module, not
   re-exported): time to return, return at equal steps, the convergence claims' estimates.
@@ -27,7 +27,14 @@ from rlq.experiments.quarl.actorq import (
     actorq_summary,
     learner_breakdown,
     task_name,
-    train_actorq,
+)
+from rlq.experiments.quarl.quantization_tables import (
+    noise_control_table,
+    precision_intervals,
+    ptq_estimates,
+    ptq_numbers,
+    ptq_summary,
+    qat_summary,
 )
 from rlq.experiments.quarl.regimes import (
     first_factor_reaching,
@@ -36,15 +43,6 @@ from rlq.experiments.quarl.regimes import (
     regime_estimates,
     regime_numbers,
     regime_runs,
-    train_regimes,
-)
-from rlq.experiments.quarl.tables import (
-    noise_control_table,
-    precision_intervals,
-    ptq_estimates,
-    ptq_numbers,
-    ptq_summary,
-    qat_summary,
 )
 
 __all__ = [
@@ -65,6 +63,4 @@ __all__ = [
     "regime_numbers",
     "regime_runs",
     "task_name",
-    "train_actorq",
-    "train_regimes",
 ]

@@ -41,7 +41,7 @@ def ptq_bars_figure(summary: pd.DataFrame) -> go.Figure:
 def bit_sweep_figure(ptq: pd.DataFrame, tolerance: float) -> go.Figure:
     """Return per run the normalised score against weight bits (1: fp32, 0: random): weights-only per seed, noise draws, kernel int8.
 
-    ``ptq`` is :func:`rlq.experiments.quarl.evaluate_ptq`'s table; one panel per run. Lines: the weights-only
+    ``ptq`` is the ``quarl_ptq`` notebook's evaluation table (``ptq.csv``); one panel per run. Lines: the weights-only
     sweep of each seed (8 bits simulated like the rest); grey dots: the matched noise control's draws (fp32
     weights plus uniform noise of half a step at that width); red diamonds: int8 with real kernels, which
     quantize activations too, drawn beside the weights-only 8-bit point, not on its line. Unsolved agents
