@@ -4,7 +4,9 @@
 on the code in which ``rlq.experiments`` trained each run. A notebook whose cell now calls ``model.learn``
 itself must record the same numbers, to the last bit, on the machine they were recorded on: training on one
 CPU is deterministic, but another CPU's floating point takes TD3 and PPO elsewhere. Measurements of time
-(``timing_keys``) are left out.
+(``timing_keys``) are left out, and so is what is computed from them: ActorQ's time ratios, the cost model's
+prediction error against measured speedups, the actor engine chosen by speed and the learner speed-up the
+paper's setting needs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from conftest import run_cli
 pytestmark = pytest.mark.slow
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "quick_headlines_before.json"
-COMPARED = ["gst_td3_mujoco", "quarl_qat", "quarl_ptq", "quarl_latency"]
+COMPARED = ["gst_td3_mujoco", "quarl_qat", "quarl_ptq", "quarl_latency", "quarl_actorq"]
 """Notebooks whose cells now train (or build what they time) themselves: one GST notebook and the QuaRL ones."""
 
 
