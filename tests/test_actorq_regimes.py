@@ -1,19 +1,19 @@
-"""ActorQ's regimes: runs per regime, seed and precision; measured speedup beside the cost model's; the paper curve."""
+"""ActorQ's regimes: a run's configuration per regime, seed and precision; measured speedup beside the cost model's; the paper curve."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rlq.actorq import ActorQConfig, ActorQConfigError
+from rlq.actorq import ActorQConfig, ActorQConfigError, train
 from rlq.actorq.cost_model import steady_steps_per_s
 from rlq.experiments.quarl import (
     paper_setting_curve,
     regime_comparison,
     regime_estimates,
     regime_runs,
-    train_regimes,
 )
+from rlq.experiments.quarl.regimes import regime_config
 
 BASE = ActorQConfig(env_id="Pendulum-v1", algorithm="TD3", n_actors=1, learning_starts=200, update_period=20, eval_every=10,
             eval_episodes=1, torch_threads=1, backend="local", learner_steps=20, actor_backend="torch")  # fmt: skip
@@ -27,7 +27,15 @@ REGIMES = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return train_regimes(REGIMES, [0, 1], ["fp32", "int8"], out=tmp_path_factory.mktemp("regimes"), base=BASE)
+    """Every regime, seed and precision trained as the quarl_actorq notebook's cell trains them."""
+    out = tmp_path_factory.mktemp("regimes")
+    configs = {
+        (name, seed, p): regime_config(BASE, regime, seed, p, out / f"{name}_s{seed}_{p}")
+        for name, regime in REGIMES.items()
+        for seed in (0, 1)
+        for p in ("fp32", "int8")
+    }
+    return {key: train(config) for key, config in configs.items()}
 
 
 def test_one_run_per_regime_seed_and_precision(results):
@@ -102,11 +110,14 @@ def test_paper_curve_uses_both_regimes(results):
         paper_setting_curve(results, "missing", "busy_learner", [1])
 
 
-def test_bad_regime_fails_before_anything_trains(tmp_path):
+def test_a_regime_s_configuration_is_the_base_with_its_overrides_and_a_bad_one_fails_when_built(tmp_path):
+    config = regime_config(BASE, REGIMES["light_learner"], 3, "int8", tmp_path / "light")
+    assert (config.seed, config.actor_precision, config.checkpoint_dir) == (
+        3,
+        "int8",
+        str(tmp_path / "light"),
+    )
+    assert config.hidden_sizes == (64, 64) and config.batch_size == 32 and config.env_id == BASE.env_id
     with pytest.raises(ActorQConfigError, match="batch_size"):
-        train_regimes(
-            {"ok": {"hidden_sizes": [8]}, "bad": {"batch_size": 0}}, [0], ["fp32"], out=tmp_path, base=BASE
-        )
-    assert not (tmp_path / "checkpoints").exists()
-    with pytest.raises(ValueError, match="regimes is empty"):
-        train_regimes({}, [0], ["fp32"], out=tmp_path, base=BASE)
+        regime_config(BASE, {"batch_size": 0}, 0, "fp32", tmp_path / "bad")
+    assert not any(tmp_path.iterdir())  # nothing was written

@@ -1,4 +1,5 @@
-"""rlq.experiments.quarl's runs, tables and headline numbers, on small hand-made tables (no training)."""
+"""QuaRL's runs (rlq.rl.run_spec), quantizers, solved thresholds, and rlq.experiments.quarl's tables and headline
+numbers, on small hand-made tables (no training)."""
 
 from __future__ import annotations
 
@@ -14,23 +15,19 @@ from rlq.experiments.quarl import (
     actorq_summary,
     learner_breakdown,
     noise_control_table,
-    parse_runs,
     precision_intervals,
     ptq_estimates,
     ptq_numbers,
     ptq_summary,
-    qat_estimates,
-    qat_numbers,
     qat_summary,
-    qat_vs_ptq_table,
     quantization_figures,
-    solved_threshold,
 )
 from rlq.experiments.quarl.actorq import actor_breakdown_shares, speedup, task_name
-from rlq.experiments.quarl.evaluation import STATED_THRESHOLDS
-from rlq.experiments.quarl.ptq_sweep import Quantizer, seed_task_matrix
-from rlq.experiments.quarl.run_specs import RunSpec
+from rlq.experiments.quarl.quantization_tables import seed_task_matrix
+from rlq.rl.evaluate import STATED_THRESHOLDS, mark_solved, solved_threshold
+from rlq.rl.run_spec import RunSpec, parse_runs
 from rlq.rl.zoo import zoo_hyperparams
+from rlq.sb3.quantized import Quantizer
 
 
 def test_run_specs_read_a_notebook_s_runs():
@@ -110,7 +107,7 @@ def test_a_quantizer_names_a_bad_scheme_or_precision_and_quantizes_what_it_says(
 
 
 def agent_rows(run="PPO CartPole-v1", seed=0, fp32=500.0, solved=True, int8=490.0, sim8=500.0, int4=300.0):
-    """One agent's rows of evaluate_ptq's table: relative changes against ``fp32``, a noise control at 8 and 4 bits."""
+    """One agent's rows of the quarl_ptq notebook's evaluation table: relative changes against ``fp32``, a noise control at 8 and 4 bits."""
     rows = [
         ("fp32", "float", 32, "torch", 0, fp32),
         ("fp16", "float", 16, "torch", 0, fp32),
@@ -231,7 +228,7 @@ def test_noise_control_and_precision_intervals():
     assert len(quantization_figures.ptq_bars_figure(ptq_summary(ptq, 0.05)).data) == 5
 
 
-def test_qat_tables_average_seeds_and_compare_qat_with_ptq():
+def test_qat_summary_averages_seeds_per_method_and_width():
     rows = []
     for seed, shift in ((0, 0.0), (1, 10.0)):
         rows += [
@@ -242,16 +239,34 @@ def test_qat_tables_average_seeds_and_compare_qat_with_ptq():
     summary = qat_summary(pd.DataFrame(rows))
     assert summary.loc[summary.method == "fp32", "mean"].item() == 405.0
     assert summary.loc[summary.method == "qat", "std"].item() == pytest.approx(7.0710678)
-    wide = qat_vs_ptq_table(summary)
-    assert wide["qat_minus_ptq"].tolist() == [200.0] and wide["fp32"].tolist() == [405.0]
-    numbers = qat_numbers(wide, summary)
-    assert numbers["qat_return"] == {"PPO CartPole-v1": {"2": 305.0}}
-    assert numbers["fp32_return"] == {"PPO CartPole-v1": 405.0} and numbers["mean_qat_minus_ptq"] == 200.0
     assert len(quantization_figures.qat_vs_ptq_figure(summary).data) == 2
-    estimates = qat_estimates(pd.DataFrame(rows), reps=200)
-    gap = estimates["qat_minus_ptq_reward_pct_2bits"]  # 200 of 400 and of 410: 50% and 48.8% of fp32
-    assert list(estimates) == ["qat_minus_ptq_reward_pct_2bits"] and gap["n"] == 2 and gap["unit"] == "%"
-    assert gap["lower"] == pytest.approx(100 * 200 / 410) and gap["upper"] == pytest.approx(50.0)
+    one_seed = qat_summary(pd.DataFrame(rows[:3]))
+    assert one_seed["std"].tolist() == [0.0, 0.0, 0.0]  # one seed: no spread, not NaN
+
+
+def test_mark_solved_judges_each_agent_by_its_fp32_row_against_its_environment_s_threshold():
+    table = pd.DataFrame(
+        [
+            dict(algorithm="PPO", environment="CartPole-v1", seed=0, method="fp32", mean_return=480.0),
+            dict(algorithm="PPO", environment="CartPole-v1", seed=0, method="ptq", mean_return=20.0),
+            dict(algorithm="PPO", environment="CartPole-v1", seed=1, method="fp32", mean_return=470.0),
+            dict(algorithm="PPO", environment="CartPole-v1", seed=1, method="ptq", mean_return=490.0),
+            dict(algorithm="TD3", environment="Pendulum-v1", seed=0, method="fp32", mean_return=-150.0),
+            dict(
+                algorithm="TD3",
+                environment="MountainCarContinuous-v0",
+                seed=0,
+                method="fp32",
+                mean_return=95.0,
+            ),
+        ]
+    )
+    marked = mark_solved(table, table.method == "fp32")
+    assert marked["run"].tolist()[:3] == ["PPO CartPole-v1"] * 3
+    # CartPole-v1 475 and MountainCarContinuous-v0 90 (Gymnasium's), Pendulum-v1 -200 (ours); a quantized row
+    # never judges its agent
+    assert marked["solved"].tolist() == [True, True, False, False, True, True]
+    assert "run" not in table  # the table given is not changed
 
 
 @dataclass

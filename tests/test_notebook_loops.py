@@ -2,7 +2,8 @@
 
 The notebook's cells run in order, at the quick preset, until the first ``learn`` call of an SB3 algorithm;
 the stack at that call is read from the learn back to the nearest frame of a notebook cell, and every frame
-of rlq's own files in between counts. The cell's function calling ``model.learn`` itself counts 0.
+of rlq's own files in between counts. The cell's function calling ``model.learn`` itself counts 0. ActorQ's
+notebook trains through ActorQ's own learner loop, ``rlq.actorq.train``, and is read the same way at that call.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RLQ = ROOT / "rlq"
 MAX_RLQ_FRAMES = 2
 """How many rlq frames may stand between a notebook cell and ``model.learn``."""
-OWN_LOOP = ["gst_td3_mujoco", "gst_a2c_atari", "gst_sweep", "gst_ppo_football", "quarl_qat"]
+OWN_LOOP = ["gst_td3_mujoco", "gst_a2c_atari", "gst_sweep", "gst_ppo_football", "quarl_qat", "quarl_ptq"]
 """The notebooks whose per-run function, defined in a cell, trains with ``model.learn``."""
+OWN_ACTORQ_LOOP = ["quarl_actorq"]
+"""The notebooks whose per-run function, defined in a cell, trains with ActorQ's learner loop, ``rlq.actorq.train``."""
 
 
 class LearnReached(BaseException):
@@ -28,7 +31,7 @@ class LearnReached(BaseException):
 
     def __init__(self, stack: traceback.StackSummary, callback):
         super().__init__("learn reached")
-        self.stack, self.callback = stack, callback
+        self.stack, self.callback = stack, callback  # learn's callback, or the ActorQConfig that train got
 
 
 def cell_name(notebook: str, index: int) -> str:
@@ -50,11 +53,6 @@ def rlq_frames_to_learn(stack: traceback.StackSummary, notebook: str) -> list[st
 
 def run_until_learn(notebook: str, monkeypatch, run_folder: Path) -> LearnReached:
     """Run ``notebook``'s code cells in order (its defaults: the quick preset) until the first SB3 learn."""
-    from rlq.experiments.registry import get_experiment
-
-    missing = get_experiment(notebook).missing()
-    if missing:
-        pytest.skip(f"{notebook} needs {', '.join(f'{m} ({how})' for m, how in missing.items())}")
 
     def learn(self, *args, **kwargs):
         # the frames outside this one, outer first
@@ -64,6 +62,16 @@ def run_until_learn(notebook: str, monkeypatch, run_folder: Path) -> LearnReache
     for subclass in _all_subclasses(BaseAlgorithm):
         if "learn" in vars(subclass):
             monkeypatch.setattr(subclass, "learn", learn)
+    return run_until_reached(notebook, monkeypatch, run_folder)
+
+
+def run_until_reached(notebook: str, monkeypatch, run_folder: Path) -> LearnReached:
+    """Run ``notebook``'s code cells in order in ``run_folder`` until one raises :class:`LearnReached`."""
+    from rlq.experiments.registry import get_experiment
+
+    missing = get_experiment(notebook).missing()
+    if missing:
+        pytest.skip(f"{notebook} needs {', '.join(f'{m} ({how})' for m, how in missing.items())}")
     monkeypatch.setenv("RLQ_RUN_DIR", str(run_folder))
     monkeypatch.chdir(run_folder)
     cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
@@ -75,7 +83,7 @@ def run_until_learn(notebook: str, monkeypatch, run_folder: Path) -> LearnReache
             exec(compile("".join(cell["source"]), cell_name(notebook, index), "exec"), namespace)
         except LearnReached as reached:
             return reached
-    pytest.fail(f"{notebook} ran to its end without calling learn")
+    pytest.fail(f"{notebook} ran to its end without calling its training loop")
 
 
 def _all_subclasses(cls: type) -> list[type]:
@@ -117,3 +125,25 @@ def test_the_depth_count_sees_rlq_frames_between_the_cell_and_learn():
         (str(RLQ / "rl" / "agents.py"), 20, "_learn", ""),
     ])  # fmt: skip
     assert rlq_frames_to_learn(stack, "nb") == ["rlq/rl/agents.py:train_agent", "rlq/rl/agents.py:_learn"]
+
+
+@pytest.mark.parametrize("notebook", OWN_ACTORQ_LOOP)
+def test_the_cell_calls_actorq_s_learner_loop_itself(notebook, monkeypatch, tmp_path):
+    import rlq.actorq
+    import rlq.actorq.driver
+
+    def train(config, callback=None):
+        raise LearnReached(traceback.extract_stack()[:-1], config)
+
+    monkeypatch.setattr(rlq.actorq.driver, "train", train)
+    monkeypatch.setattr(rlq.actorq, "train", train, raising=False)
+    reached = run_until_reached(notebook, monkeypatch, tmp_path)
+    frames = rlq_frames_to_learn(reached.stack, notebook)
+    assert len(frames) <= MAX_RLQ_FRAMES, (
+        f"{notebook}: {len(frames)} rlq frames from its cell to train: {frames}"
+    )
+    config = (
+        reached.callback
+    )  # the first run: the quick preset's first task with fp32 actors, in the run folder
+    assert isinstance(config, rlq.actorq.ActorQConfig) and config.actor_precision == "fp32"
+    assert Path(config.checkpoint_dir).is_relative_to(tmp_path)

@@ -1,4 +1,4 @@
-"""measure_latency, compare_backends and fastest_backend on tiny models."""
+"""measure_latency, measure_interleaved, compare_backends and fastest_backend on tiny models."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from rlq.quant import BACKENDS, compare_backends, fastest_backend, measure_latency
+from rlq.quant import BACKENDS, compare_backends, fastest_backend, measure_interleaved, measure_latency
 
 
 def test_measure_latency_times_each_call():
@@ -28,6 +28,30 @@ def test_measure_latency_times_each_call():
 def test_measure_latency_rejects_bad_counts(repeats, warmup):
     with pytest.raises(ValueError, match="repeats|warmup"):
         measure_latency(lambda x: x, 1, repeats=repeats, warmup=warmup)
+
+
+def test_measure_interleaved_takes_turns_round_by_round_and_times_each_call():
+    order = []
+
+    def call(name, seconds):
+        def fn(x):
+            order.append((name, x))
+            time.sleep(seconds)
+
+        return fn
+
+    result = measure_interleaved(
+        {"slow": (call("slow", 0.003), 1), "fast": (call("fast", 0.0), 2)}, repeats=3, rounds=2, warmup=1
+    )
+    # each round: slow's warm-up and timed calls, then fast's; each gets its own input
+    assert order == 2 * ([("slow", 1)] * 4 + [("fast", 2)] * 4)
+    assert list(result) == ["slow", "fast"] and all(
+        set(r) == {"median_us", "p90_us"} for r in result.values()
+    )
+    assert 3000 <= result["slow"]["median_us"] <= result["slow"]["p90_us"]
+    assert result["fast"]["median_us"] < 1000
+    with pytest.raises(ValueError, match="rounds"):
+        measure_interleaved({"fast": (call("fast", 0.0), 2)}, rounds=0)
 
 
 def test_compare_and_choose_backends_for_a_tiny_mlp():

@@ -15,9 +15,9 @@ from rlq.rl.agents import make_model
 from rlq.sb3.action_path import action_network, preprocess_observations
 from rlq.sb3.quantized import (
     QuantizedPolicy,
-    benchmark_action_network,
     collect_observations,
     make_policy,
+    network_spaces,
     policy_sizes,
     quantized_policy,
 )
@@ -218,16 +218,17 @@ def test_collect_observations(models):
     assert with_model.shape == (30, 4)
 
 
-def test_benchmark_and_sizes():
-    box = gym.spaces.Box(-1, 1, (17,), np.float32)
-    policy = make_policy("TD3", box, gym.spaces.Box(-1, 1, (6,), np.float32), net_arch=[256, 256])
-    table = benchmark_action_network(policy, batch_sizes=(1, 8), repeats=5, rounds=2, warmup=2)
-    assert len(table) == 8 and set(table["backend"]) == {"torch-fp32", "torch-int8", "onnx-fp32", "onnx-int8"}
-    assert (table["median_us"] > 0).all()
-    sizes = table.drop_duplicates("backend").set_index("backend")["size_bytes"]
-    assert sizes["torch-int8"] < 0.5 * sizes["torch-fp32"] and sizes["onnx-int8"] < 0.5 * sizes["onnx-fp32"]
+def test_network_spaces_and_sizes():
+    obs, actions, kind = network_spaces("TD3", [17], 6)
+    assert (obs.shape, actions.shape, kind) == ((17,), (6,), "MlpPolicy") and obs.dtype == np.float32
+    frames, discrete, cnn = network_spaces("PPO", [84, 84, 4], 4)
+    assert (frames.dtype, discrete.n, cnn) == (np.uint8, 4, "CnnPolicy")
+    policy = make_policy("TD3", obs, actions, net_arch=[256, 256])
     stored = policy_sizes(policy).set_index("precision")["size_bytes"]
     assert stored["int2"] < stored["int4"] < stored["int8"] < stored["fp16"] < stored["fp32"]
+    # fp32: 4 bytes per weight and bias of 17-256-256-6, and little else
+    parameters = 17 * 256 + 256 + 256 * 256 + 256 + 256 * 6 + 6
+    assert 4 * parameters <= stored["fp32"] < 4 * parameters + 4096
 
 
 def test_quantizing_a_qat_policy_leaves_its_parametrizations_working(models, observations):

@@ -160,8 +160,8 @@ def _ptq(run: Committed) -> Figures:
 
 def _qat(run: Committed) -> Figures:
     """QAT against PTQ: mean return per weight width, fp32 dashed."""
-    from rlq.experiments.quarl import qat_summary
     from rlq.experiments.quarl.quantization_figures import qat_vs_ptq_figure
+    from rlq.experiments.quarl.quantization_tables import qat_summary
 
     figure = qat_vs_ptq_figure(qat_summary(run.table("qat")))
     return [

@@ -9,7 +9,7 @@ Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3`
 - :func:`perturb_weights`: the matched noise control, weights plus uniform noise of half a quantization step.
 - :func:`prepare_qat_`, :func:`set_qat_enabled`, :func:`is_qat`, :func:`convert_qat_`: QAT with an STE.
 - :func:`export_onnx`, :class:`OnnxPolicy`: fp32 / int8 ONNX models run with ONNX Runtime.
-- :func:`measure_latency`, :func:`compare_backends`, :func:`fastest_backend`: choosing by measurement.
+- :func:`measure_latency`, :func:`measure_interleaved` (side by side), :func:`compare_backends`, :func:`fastest_backend`: choosing by measurement.
 - :func:`model_size_bytes`, :func:`relative_change`, :func:`pack_state_dict`: sizes for reporting and sending.
 - :func:`bits_per_weight`, :func:`size_report`: weight storage in bits as an export stores it (values at
   their width, sparse indices, scales), per layer and overall; :func:`save_packed` / :func:`load_packed`
@@ -18,7 +18,13 @@ Stable-Baselines3 callbacks that schedule QAT during training live in ``rlq.sb3`
 
 from rlq.quant.activations import ActivationQuantizer
 from rlq.quant.bits import bits_per_weight, size_report
-from rlq.quant.latency import BACKENDS, compare_backends, fastest_backend, measure_latency
+from rlq.quant.latency import (
+    BACKENDS,
+    compare_backends,
+    fastest_backend,
+    measure_interleaved,
+    measure_latency,
+)
 from rlq.quant.noise import perturb_weights, quantization_step
 from rlq.quant.onnx_backend import OnnxPolicy, export_onnx
 from rlq.quant.ptq import CastPrecision, LayerHolder, ptq
@@ -49,6 +55,7 @@ __all__ = [
     "fastest_backend",
     "is_qat",
     "load_packed",
+    "measure_interleaved",
     "measure_latency",
     "model_size_bytes",
     "pack_state_dict",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,38 @@ def measure_latency(
         fn(x)
         times_ns[i] = time.perf_counter_ns() - start
     return {"median_us": float(np.median(times_ns)) / 1e3, "p90_us": float(np.percentile(times_ns, 90)) / 1e3}
+
+
+def measure_interleaved(
+    calls: Mapping[str, tuple[Callable[[Any], Any], Any]],
+    repeats: int = 100,
+    rounds: int = 5,
+    warmup: int = 10,
+) -> dict[str, dict[str, float]]:
+    """Return :func:`measure_latency`'s numbers of every ``name: (fn, x)`` in ``calls``, measured side by side.
+
+    On a shared machine timings drift with the load, so the calls take turns: ``rounds`` rounds, each running
+    every call ``warmup`` times untimed and then ``repeats`` times timed, under ``torch.inference_mode``. The
+    median and 90th percentile are over all of a call's timed runs; ratios of calls measured together are what
+    to compare.
+    """
+    check_positive_int("repeats", repeats)
+    check_positive_int("rounds", rounds)
+    check_non_negative_int("warmup", warmup)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, (fn, x) in calls.items():
+            with torch.inference_mode():
+                for _ in range(warmup):
+                    fn(x)
+                for _ in range(repeats):
+                    start = time.perf_counter_ns()
+                    fn(x)
+                    times[name].append((time.perf_counter_ns() - start) / 1e3)
+    return {
+        name: {"median_us": float(np.median(t)), "p90_us": float(np.percentile(t, 90))}
+        for name, t in times.items()
+    }
 
 
 @contextmanager

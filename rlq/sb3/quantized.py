@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,14 @@ import torch.nn as nn
 from gymnasium import spaces
 from torch import Tensor
 
-from rlq.quant import BACKENDS, OnnxPolicy, export_onnx, model_size_bytes, parse_precision, ptq
-from rlq.quant.latency import build_backend, torch_threads
+from rlq.quant import (
+    OnnxPolicy,
+    export_onnx,
+    model_size_bytes,
+    parse_precision,
+    perturb_weights,
+    ptq,
+)
 from rlq.quant.quantizable import has_convolutions
 from rlq.quant.tensor import KERNEL_INT8
 from rlq.sb3.action_path import (
@@ -284,6 +291,19 @@ def collect_observations(
     return np.stack(observations)
 
 
+def network_spaces(algorithm: str, obs_shape: Sequence[int], n_actions: int) -> tuple[Any, Any, str]:
+    """Return the observation space, action space and SB3 policy kind of a network: a 3-d shape means uint8 frames and a CNN."""
+    if len(obs_shape) == 3:
+        obs_space, kind = spaces.Box(0, 255, tuple(obs_shape), np.uint8), "CnnPolicy"
+    else:
+        obs_space, kind = spaces.Box(-np.inf, np.inf, tuple(obs_shape), np.float32), "MlpPolicy"
+    if algorithm in ("TD3", "DDPG", "SAC"):
+        action_space = spaces.Box(-1.0, 1.0, (n_actions,), np.float32)
+    else:
+        action_space = spaces.Discrete(n_actions)
+    return obs_space, action_space, kind
+
+
 def make_policy(
     algo: str,
     observation_space: spaces.Space,
@@ -311,83 +331,6 @@ def make_policy(
         raise ValueError(f"{algo} has no policy {policy!r}; choose one of {', '.join(cls.policy_aliases)}")
     torch.manual_seed(seed)
     return policy_class(observation_space, action_space, lambda _: 1e-3, **policy_kwargs)
-
-
-def benchmark_action_network(  # noqa: PLR0913
-    model_or_policy: Any,
-    backends: Sequence[str] = BACKENDS,
-    batch_sizes: Sequence[int] = (1,),
-    *,
-    repeats: int = 100,
-    rounds: int = 5,
-    warmup: int = 10,
-    threads: int = 1,
-    calibration_obs: Any = None,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """Return the latency and size of a policy's action path on each backend, measured side by side.
-
-    Backends are those of :data:`rlq.quant.BACKENDS` (``torch-fp32``, ``torch-int8``, ``onnx-fp32``,
-    ``onnx-int8``), each with ``threads`` threads. Latency is of the network alone on a preprocessed batch
-    of random observations (no SB3 bookkeeping). On a shared machine timings drift, so every backend is
-    built first, then measured in ``rounds`` interleaved rounds of ``repeats`` calls each; the median is over
-    all calls. int8 is dynamic for MLPs and static for CNNs (calibrated on ``calibration_obs``, or on random
-    observations from the observation space).
-
-    Columns: ``backend``, ``batch_size``, ``median_us``, ``p90_us``, ``size_bytes``.
-    """
-    policy = policy_of(model_or_policy)
-    network, _ = action_network(policy)
-    network = ptq(network, "fp32")
-    space = policy.observation_space
-    space.seed(seed)
-    if calibration_obs is None:
-        calibration_obs = np.stack([space.sample() for _ in range(64)])
-    calibration = _calibration_batches(preprocess_observations(policy, calibration_obs))
-    examples = {
-        b: preprocess_observations(policy, np.stack([space.sample() for _ in range(b)])) for b in batch_sizes
-    }
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="rlq-bench-") as workdir, torch_threads(threads):
-        built, sizes = {}, {}
-        for backend in backends:
-            built[backend] = build_backend(
-                network,
-                examples[min(batch_sizes)],
-                backend,
-                workdir,
-                calibration=calibration,
-                threads=threads,
-            )
-            onnx_file = Path(workdir) / f"{backend}.onnx"
-            sizes[backend] = (
-                onnx_file.stat().st_size if onnx_file.exists() else model_size_bytes(built[backend])
-            )
-        for batch_size, example in examples.items():
-            inputs = {b: example if b.startswith("torch") else example.numpy() for b in backends}
-            times: dict[str, list[float]] = {b: [] for b in backends}
-            for _ in range(rounds):
-                for backend in backends:
-                    fn = built[backend]
-                    with torch.inference_mode():
-                        for _ in range(warmup):
-                            fn(inputs[backend])
-                        for _ in range(repeats):
-                            start = time.perf_counter_ns()
-                            fn(inputs[backend])
-                            times[backend].append((time.perf_counter_ns() - start) / 1e3)
-            for backend in backends:
-                t = np.asarray(times[backend])
-                rows.append(
-                    dict(
-                        backend=backend,
-                        batch_size=batch_size,
-                        median_us=float(np.median(t)),
-                        p90_us=float(np.percentile(t, 90)),
-                        size_bytes=int(sizes[backend]),
-                    )
-                )
-    return pd.DataFrame(rows, columns=["backend", "batch_size", "median_us", "p90_us", "size_bytes"])
 
 
 def policy_sizes(
@@ -476,3 +419,64 @@ def lowest_bits_within(table: pd.DataFrame, tolerance: float = 0.05) -> int | No
             break
         lowest = int(bits)
     return lowest
+
+
+FLOAT, KERNEL, WEIGHTS_ONLY, NOISE = "float", "kernel", "weights-only", "noise"
+"""The ``scheme`` of a :class:`Quantizer` (and :data:`ONNX`): float casts, torch int8 kernels (weights and
+activations), simulated weights-only integers, ONNX Runtime, and fp32 weights plus matched uniform noise."""
+SCHEMES = (FLOAT, KERNEL, WEIGHTS_ONLY, ONNX, NOISE)
+
+NOISE_SEED_OFFSET = 30_000
+"""Noise draw ``d`` at ``bits`` of the agent trained with ``seed`` is seeded
+``seed + NOISE_SEED_OFFSET + 100 * bits + d``: apart from training, evaluation and calibration seeds."""
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """One precision a PTQ sweep evaluates every agent at: :func:`rlq.quant.ptq` of its action path.
+
+    Calling it with a trained SB3 model returns the quantized policy that acts (through
+    :func:`quantized_policy`, which applies ``ptq`` to the features extractor, MLP and action
+    head and gives it SB3's ``predict``). ``scheme``: ``"float"`` (fp32, fp16), ``"kernel"`` (int8 with real
+    integer kernels: dynamic for MLP policies, static calibrated for CNNs), ``"weights-only"`` (simulated
+    integer weights; :func:`weights_only` names the width), ``"onnx"`` (ONNX Runtime, fp32 or int8) or
+    ``"noise"``: the fp32 weights plus uniform noise of half a quantization step at the precision's width
+    (:func:`rlq.quant.perturb_weights`), draw ``draw``. ``per_channel_linear``: one scale per output channel
+    in linear layers too (QuaRL used one per tensor).
+    """
+
+    precision: str
+    scheme: str = FLOAT
+    per_channel_linear: bool = False
+    draw: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+        parse_precision(self.precision)  # names the precision when it is unknown
+
+    @property
+    def bits(self) -> int:
+        """Return the precision's width in bits."""
+        return parse_precision(self.precision).bits
+
+    @property
+    def backend(self) -> str:
+        """Return where the policy runs: ``"onnx"`` (ONNX Runtime) or ``"torch"``."""
+        return "onnx" if self.scheme == ONNX else "torch"
+
+    def __call__(self, model: Any, calibration: Any = None, seed: int = 0) -> Any:
+        """Return ``model``'s quantized policy (a noise draw is seeded from the agent's ``seed``)."""
+        if self.scheme == ONNX:
+            return quantized_policy(model, self.precision, calibration, "onnx")
+        if self.scheme != NOISE:
+            return quantized_policy(
+                model, self.precision, calibration, per_channel_linear=self.per_channel_linear
+            )
+        policy = quantized_policy(model, "fp32")  # an eval-mode copy of the action path, perturbed below
+        noise_seed = int(seed + NOISE_SEED_OFFSET + 100 * self.bits + self.draw)
+        policy.network = perturb_weights(
+            policy.network, self.bits, seed=noise_seed, per_channel_linear=self.per_channel_linear
+        )
+        policy.precision = self.precision
+        return policy

@@ -30,9 +30,9 @@ def method_summary(rows: pd.DataFrame, qat_bits: int = 4, reps: int = 2000) -> p
     ``latency_us`` and ``latency_ratio`` (mean over seeds of each seed's ratio to dense fp32 measured beside it),
     ``within_dense_interval`` (return IQM at or above the lower end of dense's interval; NaN without dense),
     ``solved`` (seeds whose deployed return reaches the task's solved threshold,
-    :func:`rlq.experiments.quarl.evaluation.solved_threshold`; NaN for a task without one).
+    :func:`rlq.rl.evaluate.solved_threshold`; NaN for a task without one).
     """
-    from rlq.experiments.quarl.evaluation import solved_threshold
+    from rlq.rl.evaluate import solved_threshold
 
     out = []
     for env_id, env_rows in rows.groupby("env_id", sort=False):

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rlq.experiments.quarl.run_specs import Progress
-
 if TYPE_CHECKING:
-    from rlq.actorq import ActorQConfig, ActorQResult
+    from rlq.actorq import ActorQResult
 
 ACTOR_PARTS = {
     "step": ("actor_env_step", "actor_inference"),
@@ -34,43 +28,6 @@ def task_name(env_id: str) -> str:
 
 
 ActorQResults = dict[tuple[str, str], "ActorQResult"]
-
-
-def train_actorq(
-    config: ActorQConfig,
-    env_ids: Sequence[str],
-    precisions: Sequence[str],
-    *,
-    out: str | Path,
-    progress: Progress = None,
-) -> ActorQResults:
-    """Return one ActorQ run of ``config`` per task and actor precision, by ``(env_id, precision)``, each resumable.
-
-    Every run is ``config`` with only ``env_id`` and ``actor_precision`` replaced, so all have the same learner
-    and seed. Checkpoints go to ``out/checkpoints/<task>_<precision>``; with the Ray backend all runs share
-    one Ray instance. ``progress`` gets a line per run.
-    """
-    from rlq.actorq import ray_session, train
-
-    results: ActorQResults = {}
-    with ray_session() if config.backend == "ray" else contextlib.nullcontext():
-        for env_id in env_ids:
-            for precision in precisions:
-                folder = Path(out) / "checkpoints" / f"{task_name(env_id)}_{precision}"
-                result = train(
-                    dataclasses.replace(
-                        config, env_id=env_id, actor_precision=precision, checkpoint_dir=str(folder)
-                    )
-                )
-                results[(env_id, precision)] = result
-                if progress is not None:
-                    progress(
-                        f"{task_name(env_id):>16} {precision}: {result.learner_steps} learner steps, "
-                        f"{result.env_steps} env steps, {result.wall_time_s:.1f} s training, actors on "
-                        f"{result.actor_backend} at {result.actor_steps_per_s:.0f} steps/s, final return "
-                        f"{result.history['eval_return'].iloc[-1]:.0f}"
-                    )
-    return results
 
 
 def actor_breakdown(results: ActorQResults) -> pd.DataFrame:

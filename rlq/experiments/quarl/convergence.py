@@ -1,7 +1,8 @@
 """ActorQ's convergence section (``quarl_actorq``): do int8 actors learn as fp32 ones do, and how much sooner?
 
-The runs are :func:`rlq.experiments.quarl.regimes.train_regimes`' runs, one "regime" per task (its
-``env_id`` among the overrides), fp32 and int8 actors on every seed. From their evaluation histories:
+The runs are the notebook's ActorQ runs keyed ``(task, seed, precision)``, each configured by
+:func:`rlq.experiments.quarl.regimes.regime_config` with the task's overrides (its ``env_id`` among them), fp32
+and int8 actors on every seed. From their evaluation histories:
 
 - :func:`convergence_curves`: every evaluation of every run (return against environment steps and wall time);
 - :func:`convergence_runs`: per run its initial and final return (the mean of its last ``final_evals``

@@ -41,13 +41,13 @@ def ptq_bars_figure(summary: pd.DataFrame) -> go.Figure:
 def bit_sweep_figure(ptq: pd.DataFrame, tolerance: float) -> go.Figure:
     """Return per run the normalised score against weight bits (1: fp32, 0: random): weights-only per seed, noise draws, kernel int8.
 
-    ``ptq`` is :func:`rlq.experiments.quarl.evaluate_ptq`'s table; one panel per run. Lines: the weights-only
+    ``ptq`` is the ``quarl_ptq`` notebook's evaluation table (``ptq.csv``); one panel per run. Lines: the weights-only
     sweep of each seed (8 bits simulated like the rest); grey dots: the matched noise control's draws (fp32
     weights plus uniform noise of half a step at that width); red diamonds: int8 with real kernels, which
     quantize activations too, drawn beside the weights-only 8-bit point, not on its line. Unsolved agents
     are dashed. The band is the tolerance around fp32.
     """
-    from rlq.experiments.quarl.ptq_sweep import KERNEL, NOISE, WEIGHTS_ONLY
+    from rlq.sb3.quantized import KERNEL, NOISE, WEIGHTS_ONLY
 
     torch_rows = ptq[ptq.backend == "torch"]
     runs = list(torch_rows["run"].unique())
@@ -175,8 +175,8 @@ def qat_curves_figure(
 ) -> go.Figure:
     """Return the learning curves of one seed's fp32 and QAT agents, one panel per run, the quantization delay dotted.
 
-    ``curves`` is :func:`rlq.experiments.quarl.qat_vs_ptq`'s second table and ``specs`` its runs
-    (:class:`rlq.experiments.quarl.RunSpec`); each curve is a rolling mean of ``window`` episodes.
+    ``curves`` is the ``quarl_qat`` notebook's learning curves (``qat_curves.csv``) and ``specs`` its runs
+    (:class:`rlq.rl.run_spec.RunSpec`); each curve is a rolling mean of ``window`` episodes.
     """
     curves = curves[curves.seed == seed]
     runs = list(curves.groupby(["algorithm", "environment"], sort=False).groups)
@@ -299,7 +299,7 @@ def actorq_throughput_figure(summary: pd.DataFrame) -> go.Figure:
 def latency_figure(latency: pd.DataFrame, threads: int) -> go.Figure:
     """Return the median latency of each network's action path per backend at the smallest batch (log scale).
 
-    ``latency`` is :func:`rlq.experiments.quarl.benchmark_networks`'s first table.
+    ``latency`` is the ``quarl_latency`` notebook's latency table (``latency.csv``).
     """
     batch = latency["batch_size"].min()
     fig = go.Figure()

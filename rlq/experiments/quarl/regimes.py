@@ -10,7 +10,6 @@ times faster than this CPU's.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
@@ -19,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-
-from rlq.experiments.quarl.run_specs import Progress
 
 if TYPE_CHECKING:
     from rlq.actorq import ActorQConfig, ActorQResult
@@ -42,65 +39,6 @@ def regime_config(
     return dataclasses.replace(
         base, **overrides, seed=int(seed), actor_precision=precision, checkpoint_dir=str(folder)
     )
-
-
-def train_regimes(
-    regimes: Mapping[str, Mapping[str, Any]],
-    seeds: Sequence[int],
-    precisions: Sequence[str],
-    *,
-    out: str | Path,
-    base: ActorQConfig,
-    progress: Progress = None,
-    workers: int = 1,
-    folder: str = "regimes",
-) -> RegimeResults:
-    """Return one ActorQ run per regime, seed and actor precision, each resumable from ``out/checkpoints/<folder>``.
-
-    Every run is the caller's ``base`` configuration with a regime's overrides, a seed and a precision.
-    Every configuration is built and validated before the first run starts, so a bad regime fails at once.
-    Runs of a regime go seed by seed, fp32 then the others back to back, so that a slow drift of the machine
-    touches both sides of a ratio alike. With ``workers`` > 1 (local backend only) that many runs train side
-    by side in processes, each on its own core; the results are then loaded from their finished checkpoints.
-    """
-    from rlq.actorq import ray_session, train
-    from rlq.rl.parallel import run_jobs
-
-    if not regimes:
-        raise ValueError("regimes is empty: name at least one regime of ActorQConfig overrides")
-    root = Path(out) / "checkpoints" / folder
-    plan = [
-        (name, seed, p, regime_config(base, regime, seed, p, root / f"{name}_s{seed}_{p}"))
-        for name, regime in regimes.items()
-        for seed in seeds
-        for p in precisions
-    ]
-    uses_ray = any(config.backend == "ray" for *_, config in plan)
-    if workers > 1:
-        if uses_ray:
-            raise ValueError(
-                f"workers={workers}: runs side by side need the local backend (Ray runs share one instance)"
-            )
-        labels = [f"{name} seed {seed} {p}" for name, seed, p, _ in plan]
-        run_jobs(train_one, [{"config": config} for *_, config in plan], workers=workers, labels=labels)
-    results: RegimeResults = {}
-    with ray_session() if uses_ray else contextlib.nullcontext():
-        for name, seed, precision, config in plan:
-            result = train(config)
-            results[(name, int(seed), precision)] = result
-            if progress is not None:
-                progress(
-                    f"{name} seed {seed} {precision}: {result.env_steps} env steps, {result.learner_steps} updates, "
-                    f"{result.wall_time_s:.1f} s training, final return {result.history['eval_return'].iloc[-1]:.0f}"
-                )
-    return results
-
-
-def train_one(config: Any) -> int:
-    """Train one ActorQ run to the end of its budget in its checkpoint folder; return its learner steps."""
-    from rlq.actorq import train
-
-    return int(train(config).learner_steps)
 
 
 def layout_and_cores(config: Any) -> tuple[str, float]:

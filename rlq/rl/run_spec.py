@@ -1,28 +1,14 @@
-"""QuaRL runs: a notebook's ``runs`` entries (:class:`RunSpec`), with rl-zoo3's settings when asked, and the seeds they share."""
+"""A run of a notebook's ``runs`` parameter (:class:`RunSpec`): algorithm, environment, budget and settings,
+rl-zoo3's when asked (:mod:`rlq.rl.zoo`), and the fresh SB3 model it trains."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rlq.rl.agents import TrainedAgent
-
-Progress = Callable[[str], Any] | None
+from typing import Any
 
 ON_POLICY = ("A2C", "PPO")
 """Algorithms that collect with several environments at once (``n_envs_on_policy``); the others use one."""
-
-CALIBRATION_SEED_OFFSET = 20_000
-"""The rollout that calibrates a quantized policy of a run trained with ``seed`` is seeded ``seed +
-CALIBRATION_SEED_OFFSET``: apart from the training and the evaluation episodes (:data:`EVAL_SEED_OFFSET`)."""
-
-
-# --------------------------------------------------------------------------------------------------------
-# Runs
-
 
 ZOO = "zoo"
 """In a run entry, ``"zoo"`` in place of the steps asks for rl-zoo3's budget and tuned settings
@@ -99,31 +85,6 @@ class RunSpec:
             seed=seed,
             n_envs=self.n_envs(n_envs_on_policy),
             hyperparams=self.hyperparams,
-            policy=self.policy,
-        )
-
-    def train(
-        self,
-        folder: str | Path,
-        *,
-        seed: int,
-        n_envs_on_policy: int,
-        checkpoint_every: int = 0,
-        callback: Any = None,
-    ) -> TrainedAgent:
-        """Return this run's agent trained (or resumed) in ``folder`` with ``seed``, its hyperparameters and envs."""
-        from rlq.rl.agents import train_agent
-
-        return train_agent(
-            self.algorithm,
-            self.env_id,
-            self.steps,
-            seed=seed,
-            n_envs=self.n_envs(n_envs_on_policy),
-            hyperparams=self.hyperparams,
-            run_dir=folder,
-            checkpoint_every=checkpoint_every,
-            callback=callback,
             policy=self.policy,
         )
 
