@@ -41,7 +41,9 @@ def test_dqn_cartpole_is_the_zoo_s_entry_with_its_budget_and_network():
         assert settings.hyperparams[key] == raw[key]
     assert "net_arch=[256, 256]" in raw["policy_kwargs"]
     assert settings.hyperparams["policy_kwargs"] == {"net_arch": [256, 256]}
-    assert settings.source == "rl_zoo3/hyperparams/dqn.yml: CartPole-v1"  # no machine path in what a notebook prints
+    assert (
+        settings.source == "rl_zoo3/hyperparams/dqn.yml: CartPole-v1"
+    )  # no machine path in what a notebook prints
 
 
 def test_ppo_cartpole_linear_schedules_decay_to_zero():
