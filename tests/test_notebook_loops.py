@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RLQ = ROOT / "rlq"
 MAX_RLQ_FRAMES = 2
 """How many rlq frames may stand between a notebook cell and ``model.learn``."""
-OWN_LOOP = ["gst_td3_mujoco", "gst_a2c_atari", "gst_sweep", "gst_ppo_football", "quarl_qat"]
+OWN_LOOP = [
+    "gst_td3_mujoco", "gst_a2c_atari", "gst_sweep", "gst_ppo_football", "quarl_qat", "baseline_rl", "combo_sparse_quant",
+]  # fmt: skip
 """The notebooks whose per-run function, defined in a cell, trains with ``model.learn``."""
 
 
