@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from rlq.core.jsonio import read_json, write_json
-from rlq.experiments.gst.training_runs import RUN_TABLES, _stack
+from rlq.experiments.notebook_jobs import RUN_TABLES, _stack
 from rlq.experiments.results import committed_dir, publish
 from rlq.experiments.reuse import parse_run_spec, plan_reuse, published_runs
 from rlq.experiments.runner import run_experiment

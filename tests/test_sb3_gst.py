@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from stable_baselines3 import SAC, TD3
@@ -23,7 +22,6 @@ from rlq.compress.circulant import is_block_circulant_matrix
 from rlq.compress.masks import mask_of, stored_tensor
 from rlq.compress.optimizer_state import SECOND_MOMENT_KEYS
 from rlq.experiments.gst import train_compressed
-from rlq.experiments.gst.training_runs import train_and_evaluate_all
 from rlq.rl.agents import make_model
 from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
 from rlq.sb3.compression import CompressionCallback
@@ -454,44 +452,6 @@ def test_bad_input_is_rejected_with_clear_errors():
         shallow.learn(10, callback=GSTCallback(total_steps=100))
     with pytest.raises(ValueError, match="saved by"):
         GSTCallback().load_state_dict(CompressionCallback().state_dict())
-
-
-def test_train_and_evaluate_all_stacks_every_runs_tables_and_writes_them(tmp_path):
-    env_id, hyper = tiny("PPO")
-    jobs = [
-        dict(
-            method=method, algo="PPO", env_id=env_id, total_timesteps=64, seed=seed, eval_episodes=1,
-            keys={"seed": seed, "method": method}, hyperparams=hyper, log_every=16,
-            gst=gst_settings(total=64, transition_method="projection"),
-        )
-        for seed in (0, 1) for method in ("dense", "gst")
-    ]  # fmt: skip
-    finished = []
-    results, tables = train_and_evaluate_all(
-        jobs, out=tmp_path, on_result=lambda i, r: finished.append(i), tables=("summary", "history", "events")
-    )
-    assert sorted(finished) == [0, 1, 2, 3] and set(tables) == {"summary", "history", "events"}
-    summary = tables["summary"]
-    assert summary[["seed", "method"]].values.tolist() == [[0, "dense"], [0, "gst"], [1, "dense"], [1, "gst"]]
-    assert summary["eval_return"].notna().all()
-    gst_rows = summary["method"] == "gst"
-    assert (summary.loc[gst_rows, "avg_compression_ratio"] > 0).all()
-    assert (summary.loc[~gst_rows, "avg_compression_ratio"] == 0).all()
-    history = tables["history"]
-    assert len(history) == sum(len(r["history"]) for r in results)  # every run's rows, each with its keys
-    for (seed, method), rows in history.groupby(["seed", "method"]):
-        one = next(
-            r["history"] for r in results if r["summary"]["seed"] == seed and r["summary"]["method"] == method
-        )
-        assert rows["compression_ratio"].tolist() == one["compression_ratio"].tolist()
-    written = sorted(p.name for p in tmp_path.glob("*.csv"))
-    assert written == ["events.csv", "history.csv", "summary.csv"]
-    on_disk = pd.read_csv(tmp_path / "summary.csv")
-    assert on_disk["avg_compression_ratio"].tolist() == pytest.approx(
-        summary["avg_compression_ratio"].tolist()
-    )
-    with pytest.raises(ValueError, match="unknown table"):
-        train_and_evaluate_all(jobs, tables=("summary", "rewards"))
 
 
 @pytest.mark.parametrize("optimizer_reset", ["changed", "all"])
