@@ -5,8 +5,6 @@ In the order the notebooks call it:
 - :mod:`~rlq.experiments.gst.arms`: :func:`compression_settings` derives GST's and the pruning baseline's
   callback settings from a notebook's parameters, by one rule for every notebook; :func:`td3_hyperparams`
   makes TD3's arguments (the notebooks build their callbacks and train them in a cell of their own).
-- :mod:`~rlq.experiments.gst.training_runs`: :func:`train_compressed`, one compressed training with
-  checkpoints and resume, as the sparsity tuner trains.
 - :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
   :func:`gst_start_compression`, :func:`sweep_table` and :func:`sweep_numbers` turn the
   tables into what the notebooks show and record.
@@ -38,7 +36,6 @@ from rlq.experiments.gst.tables import (
     sweep_table,
     transition_shifts,
 )
-from rlq.experiments.gst.training_runs import train_compressed
 
 __all__ = [
     "classification_estimates",
@@ -58,6 +55,5 @@ __all__ = [
     "sweep_numbers",
     "sweep_table",
     "td3_hyperparams",
-    "train_compressed",
     "transition_shifts",
 ]

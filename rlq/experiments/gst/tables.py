@@ -11,7 +11,9 @@ import pandas as pd
 from rlq.experiments import seed_statistics
 from rlq.experiments.claim_measure import measure_table, table_metric
 from rlq.experiments.gst.arms import sweep_label
-from rlq.experiments.gst.training_runs import METHODS
+
+METHODS = ("dense", "pruning", "gst")
+"""The compression methods of the GST notebooks: dense training, Zhu & Gupta's gradual (iterative) pruning, GST."""
 
 SUMMARY_MEANS = (
     "avg_compression_ratio",
