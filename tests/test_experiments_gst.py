@@ -11,13 +11,12 @@ from rlq.compress import GSTConfig
 from rlq.experiments.gst import (
     compare_methods,
     compression_figures,
-    compression_settings,
     controller_decisions,
     sweep_numbers,
     sweep_table,
 )
-from rlq.experiments.gst.arms import arm_settings
 from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
+from rlq.sb3.gst_settings import arm_settings, compression_settings
 
 KNOBS = dict(
     prune_updates=20,
