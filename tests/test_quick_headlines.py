@@ -20,8 +20,8 @@ from conftest import run_cli
 pytestmark = pytest.mark.slow
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "quick_headlines_before.json"
-COMPARED = ["gst_td3_mujoco", "quarl_qat"]
-"""One GST and one QuaRL notebook, each training in its own cell."""
+COMPARED = ["gst_td3_mujoco", "quarl_qat", "baseline_rl", "combo_sparse_quant"]
+"""Notebooks training in their own cells, GST's, QuaRL's and the ones beside them."""
 
 
 def cpu_model() -> str:
