@@ -20,7 +20,7 @@ from conftest import run_cli
 pytestmark = pytest.mark.slow
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "quick_headlines_before.json"
-COMPARED = ["gst_td3_mujoco", "quarl_qat", "baseline_rl", "combo_sparse_quant"]
+COMPARED = ["gst_td3_mujoco", "quarl_qat", "baseline_rl", "combo_sparse_quant", "gst_classification"]
 """Notebooks training in their own cells, GST's, QuaRL's and the ones beside them."""
 
 
