@@ -6,8 +6,9 @@ import tempfile
 
 import pytest
 
-from rlq.rl.agents import latest_checkpoint, make_model, train_agent
+from rlq.rl.agents import make_model, train_agent
 from rlq.rl.algorithms import ALGORITHM_NAMES
+from rlq.rl.checkpoints import latest_checkpoint
 from rlq.rl.episodes import finished_episodes
 
 TINY = {"policy_kwargs": {"net_arch": [8]}}

@@ -1,4 +1,4 @@
-"""combo_sparse_quant: bits of every deployed method against an independent count, the Pareto helper, resume."""
+"""combo_sparse_quant: bits of every deployed method against an independent count, the Pareto helper, GST and QAT resumed."""
 
 from __future__ import annotations
 
@@ -14,13 +14,19 @@ from conftest import interrupt_at
 from rlq.compress import is_block_circulant
 from rlq.compress.block_circulant import stored_target
 from rlq.compress.masks import mask_of, stored_tensor
-from rlq.experiments.combo import combo_jobs, measure_latencies, method_summary, zoo_td3_settings
-from rlq.experiments.combo.jobs import check_run_config, train_and_deploy
-from rlq.experiments.combo.methods import METHODS, deploy_actor, deployed_latency, deployment, trainings_for
-from rlq.experiments.combo.pareto import best_within_dense, pareto_front
+from rlq.experiments.pareto import best_within_dense, method_summary, pareto_front
 from rlq.rl.agents import make_model
+from rlq.rl.zoo import zoo_td3_settings
 from rlq.sb3.action_path import action_network
-from rlq.sb3.compression import CompressionCallback
+from rlq.sb3.checkpoint import CompressedCheckpoints
+from rlq.sb3.deployed import (
+    METHODS,
+    deploy_actor,
+    deploy_and_measure,
+    deployed_latency,
+    deployment,
+    latency_columns,
+)
 from rlq.sb3.gst_callback import GSTCallback
 from rlq.sb3.pruning_callback import GradualPruningCallback
 from rlq.sb3.qat_callback import QATCallback
@@ -62,7 +68,7 @@ def trained(*callbacks):
 
 @pytest.fixture(scope="module")
 def agents() -> dict:
-    """The agent each method is derived from, trained as :data:`rlq.experiments.combo.TRAININGS` says."""
+    """The agent each method is derived from, trained as combo_sparse_quant trains it."""
     torch.set_num_threads(1)
     dense, pruned, block = trained(), trained(pruning()), trained(gst())
     return {
@@ -197,67 +203,6 @@ def test_summary_and_best_method_within_dense_interval():
     assert best["method"] == "gst_qat" and best["compression_factor"] == pytest.approx(32 / 1.2)
 
 
-def recipes(steps: int = 240, qat_bits: int = 4) -> dict:
-    """One task's trainings as a notebook builds them: each training's callbacks for a budget of ``steps``."""
-    settings = dict(block_schedule=[(0.0, 4)], bc_end=0.5, s_shift=0.5, prune_every=10, sparsity=ALWAYS_HOLDS)
-    return {
-        "dense": [CompressionCallback()],
-        "pruning": [GradualPruningCallback(final_sparsity=0.5)],
-        "gst": [GSTCallback(**settings)],
-        "gst_qat": [GSTCallback(**settings), QATCallback(qat_bits, delay_steps=steps // 2)],
-        "pruning_qat": [
-            GradualPruningCallback(final_sparsity=0.5),
-            QATCallback(qat_bits, delay_steps=steps // 2),
-        ],
-    }
-
-
-def test_five_trainings_give_the_seven_methods(tmp_path):
-    assert trainings_for(METHODS) == ["dense", "pruning", "gst", "gst_qat", "pruning_qat"]
-    assert trainings_for(["gst_ptq_int8", "dense"]) == ["dense", "gst"]
-    built = recipes()
-    jobs = combo_jobs(tmp_path, {"Pendulum-v1": built}, hyperparams={"Pendulum-v1": {}}, methods=METHODS,
-                      seeds=[0, 1], env_timesteps={"Pendulum-v1": 100})  # fmt: skip
-    assert len(jobs) == 10 and len({job["run_dir"] for job in jobs}) == 10
-    gst_qat = [job for job in jobs if job["training"] == "gst_qat"]
-    assert [type(c).__name__ for c in gst_qat[0]["callbacks"]] == ["GSTCallback", "QATCallback"]
-    # every job its own fresh copy: no two share a callback, and none is the one the caller built
-    every = [id(c) for job in jobs for c in job["callbacks"]]
-    assert len(set(every)) == len(every) and not {id(c) for cs in built.values() for c in cs} & set(every)
-    with pytest.raises(ValueError, match="unknown method"):
-        trainings_for(["qat"])
-    with pytest.raises(ValueError, match="missing \\['pruning_qat'\\]"):
-        combo_jobs(tmp_path, {"Pendulum-v1": {k: v for k, v in built.items() if k != "pruning_qat"}},
-                   hyperparams={"Pendulum-v1": {}}, methods=METHODS, seeds=[0], env_timesteps={"Pendulum-v1": 100})  # fmt: skip
-
-
-def test_each_task_gets_its_budget_callbacks_and_hyperparameters(tmp_path):
-    """Two tasks with their own budgets: each task's jobs train for it, with that task's callbacks and arguments."""
-    steps = {"Pendulum-v1": 100, "InvertedPendulum-v5": 40}
-    jobs = combo_jobs(tmp_path, {env_id: recipes(n) for env_id, n in steps.items()},
-                      hyperparams={env_id: {"buffer_size": n, "task": env_id} for env_id, n in steps.items()},
-                      methods=["dense", "gst_qat"], seeds=[0], env_timesteps=steps)  # fmt: skip
-    budgets = {(j["env_id"], j["training"]): (j["total_timesteps"], j["hyperparams"]["buffer_size"])
-               for j in jobs}  # fmt: skip
-    assert budgets == {("Pendulum-v1", "dense"): (100, 100), ("Pendulum-v1", "gst_qat"): (100, 100),
-                       ("InvertedPendulum-v5", "dense"): (40, 40), ("InvertedPendulum-v5", "gst_qat"): (40, 40)}  # fmt: skip
-    assert [j["callbacks"][1].delay_steps for j in jobs if j["training"] == "gst_qat"] == [50, 20]
-    with pytest.raises(ValueError, match="InvertedPendulum-v5"):
-        combo_jobs(tmp_path, {"Pendulum-v1": recipes()}, hyperparams={"Pendulum-v1": {}}, methods=["dense"],
-                   seeds=[0], env_timesteps=steps)  # fmt: skip
-
-
-def test_a_training_refuses_callbacks_that_are_not_its_own(tmp_path):
-    built = recipes()
-    job = dict(env_id="Pendulum-v1", total_timesteps=240, seed=0, run_dir=tmp_path / "run", methods=METHODS,
-               hyperparams=HYPER)  # fmt: skip
-    for training, callbacks in [("gst_qat", built["gst"]), ("dense", built["gst"]), ("gst", built["gst_qat"]),
-                                ("pruning_qat", built["gst_qat"])]:  # fmt: skip
-        with pytest.raises(ValueError, match=f"training '{training}' takes a"):
-            train_and_deploy(training, callbacks=callbacks, **job)
-    assert not (tmp_path / "run").exists()
-
-
 def test_zoo_settings_are_read_from_the_installed_rl_zoo3():
     """Pendulum-v1's TD3 entry of rl_zoo3's td3.yml, read from the file itself, as a combo job takes it."""
     import yaml
@@ -280,55 +225,44 @@ def test_zoo_settings_are_read_from_the_installed_rl_zoo3():
 
 
 def test_latency_measured_after_training_from_the_deployed_files(agents, tmp_path):
-    """A job deployed without timing leaves NaN latency; measure_latencies fills it from the stored ONNX files."""
-    from rlq.experiments.combo.jobs import job_folder
-    from rlq.experiments.combo.methods import deploy_and_measure
-
-    folder = job_folder(tmp_path, "Pendulum-v1", "dense", 0) / "deployed"
-    rows = deploy_and_measure(agents["dense"], "Pendulum-v1", ["dense", "ptq_int8"], seed=0, folder=folder,
-                              eval_episodes=1, latency_repeats=0)  # fmt: skip
-    assert all(math.isnan(r["latency_us"]) and math.isnan(r["latency_ratio"]) for r in rows)
-    table = pd.DataFrame([{"env_id": "Pendulum-v1", "training": "dense", "seed": 0, **r} for r in rows])
-    timed = measure_latencies(table, tmp_path, repeats=5, rounds=2)
-    assert (timed["latency_us"] > 0).all() and (timed["reference_latency_us"] > 0).all()
-    np.testing.assert_allclose(timed["latency_ratio"], timed["latency_us"] / timed["reference_latency_us"])
-    assert timed["eval_return"].tolist() == table["eval_return"].tolist()  # nothing but latency changes
-    assert pd.read_csv(tmp_path / "methods.csv")["latency_us"].tolist() == pytest.approx(
-        timed["latency_us"].tolist()
-    )
+    """Deployment leaves the ONNX files and an observation; deployed_latency times them later, beside the reference."""
+    folder = tmp_path / "deployed"
+    rows = deploy_and_measure(agents["dense"], "Pendulum-v1", ["ptq_int8", "dense"], seed=0, folder=folder,
+                              eval_episodes=1)  # fmt: skip
+    assert [r["method"] for r in rows] == ["dense", "ptq_int8"]  # METHODS order
+    assert all(math.isfinite(r["eval_return"]) and r["bits_per_weight"] > 0 for r in rows)
+    untimed = latency_columns({}, "dense")
+    assert set(untimed) == {"latency_us", "latency_p90_us", "reference_latency_us", "latency_ratio"}
+    assert all(math.isnan(v) for v in untimed.values())
+    timings = deployed_latency(folder, ["dense", "ptq_int8"], repeats=5, rounds=2)
+    for method in ("dense", "ptq_int8"):
+        columns = latency_columns(timings, method)
+        assert columns["latency_us"] > 0 and columns["reference_latency_us"] > 0
+        assert columns["latency_ratio"] == pytest.approx(
+            columns["latency_us"] / columns["reference_latency_us"]
+        )
     with pytest.raises(FileNotFoundError, match="gst.onnx"):
         deployed_latency(folder, ["gst"], repeats=5, rounds=1)
 
 
-def test_run_folder_refuses_other_settings(tmp_path):
-    check_run_config(tmp_path, {"seed": 0, "steps": 10})
-    check_run_config(tmp_path, {"seed": 0, "steps": 10})  # the same settings: resumes
-    with pytest.raises(ValueError, match="steps: 10, now 20"):
-        check_run_config(tmp_path, {"seed": 0, "steps": 20})
-    check_run_config(tmp_path / "b", {"net": [8, 8]})
-    with pytest.raises(ValueError, match=r"net\[1\]: 8, now 16; lr: unset, now 0.1"):  # each difference named
-        check_run_config(tmp_path / "b", {"net": [8, 16], "lr": 0.1})
-
-
-def test_interrupted_seed_resumes_from_its_checkpoint(tmp_path):
-    """GST and QAT in one learn, killed at step 200; the job called again continues from step 160."""
-    job = dict(
-        training="gst_qat", env_id="Pendulum-v1", total_timesteps=240, seed=0, run_dir=tmp_path / "run",
-        methods=METHODS, hyperparams=HYPER, eval_episodes=1, latency_repeats=5, latency_rounds=1, checkpoint_every=80,
-    )  # fmt: skip
+def test_gst_and_qat_in_one_learn_resume_from_their_checkpoint(tmp_path):
+    """GST and QAT in one learn, killed at step 200; trained again into the same folder, it goes on from step 160."""
     settings = dict(block_schedule=[(0.0, 4)], bc_end=0.5, s_shift=0.5, prune_every=10, sparsity=ALWAYS_HOLDS)
-    with pytest.raises(KeyboardInterrupt):
-        train_and_deploy(**job, callbacks=[GSTCallback(**settings), QATCallback(4, delay_steps=120)],
-                         extra_callbacks=[interrupt_at(200)])  # fmt: skip
-    result = train_and_deploy(**job, callbacks=[GSTCallback(**settings), QATCallback(4, delay_steps=120)])
-    assert result["training"]["resumed_from"] == 160
-    assert result["training"]["timesteps"] == 240
-    (row,) = result["rows"]
-    assert row["method"] == "gst_qat" and row["bits_per_weight"] < 8
-    assert math.isfinite(row["eval_return"]) and row["latency_ratio"] > 0
-    with pytest.raises(ValueError, match="other settings"):
-        train_and_deploy(**job, callbacks=[GSTCallback(**settings), QATCallback(3, delay_steps=120)])
-    with pytest.raises(ValueError, match="other settings"):
-        train_and_deploy(
-            **job, callbacks=[GSTCallback(**{**settings, "bc_end": 0.6}), QATCallback(4, delay_steps=120)]
+
+    def train(folder, *extra):
+        callbacks = [GSTCallback(**settings), QATCallback(4, delay_steps=120)]
+        checkpoints = CompressedCheckpoints(folder, every=80)
+        model = checkpoints.resume(make_model("TD3", "Pendulum-v1", seed=0, hyperparams=HYPER), callbacks)
+        model.learn(
+            240 - model.num_timesteps, callback=[*callbacks, checkpoints, *extra], reset_num_timesteps=False
         )
+        return model, callbacks, checkpoints
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "run", interrupt_at(200))
+    model, (gst_callback, qat), checkpoints = train(tmp_path / "run")
+    assert checkpoints.resumed_from == 160 and model.num_timesteps == 240
+    assert any(h["enabled"] for h in qat.history) and gst_callback.history["compression_ratio"].iloc[-1] > 0
+    (row,) = deploy_and_measure(model, "Pendulum-v1", ["gst_qat"], seed=0, folder=tmp_path / "deployed",
+                                eval_episodes=1)  # fmt: skip
+    assert row["bits_per_weight"] < 8 and math.isfinite(row["eval_return"])

@@ -11,13 +11,12 @@ from rlq.compress import GSTConfig
 from rlq.experiments.gst import (
     compare_methods,
     compression_figures,
-    compression_settings,
     controller_decisions,
     sweep_numbers,
     sweep_table,
 )
-from rlq.experiments.gst.arms import arm_settings
 from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
+from rlq.sb3.gst_settings import arm_settings, compression_settings
 
 KNOBS = dict(
     prune_updates=20,
@@ -226,33 +225,22 @@ def test_normalize_method_names_maps_every_legacy_name_in_params_and_leaves_toda
         normalize_method_names([1, 2])
 
 
-def test_train_and_evaluate_evaluates_stochastically_when_asked(tmp_path):
-    """eval_deterministic=False reaches the evaluation, which then samples its actions."""
-    from rlq.experiments.gst.training_runs import train_and_evaluate
+def test_evaluation_samples_its_actions_when_asked():
+    """deterministic=False reaches the policy, which then samples its actions; the same seed samples alike."""
+    from rlq.rl.agents import make_model
+    from rlq.rl.evaluate import evaluate
 
-    common = dict(
-        seed=0,
-        eval_episodes=5,
-        hyperparams={"n_steps": 32, "batch_size": 32, "n_epochs": 1},
-        log_every=32,
+    model = make_model(
+        "PPO", "CartPole-v1", seed=0, hyperparams={"n_steps": 32, "batch_size": 32, "n_epochs": 1}
     )
 
-    def eval_return(name: str, deterministic: bool) -> float:
-        result = train_and_evaluate(
-            "dense",
-            "PPO",
-            "CartPole-v1",
-            64,
-            run_dir=tmp_path / name,
-            eval_deterministic=deterministic,
-            **common,
-        )
-        return result["summary"]["eval_return"]
+    def eval_return(deterministic: bool) -> float:
+        return evaluate(model, "CartPole-v1", n_episodes=5, seed=10_000, deterministic=deterministic).mean
 
-    deterministic, stochastic = eval_return("a", True), eval_return("b", False)
+    deterministic, stochastic = eval_return(True), eval_return(False)
     # an untrained policy: its argmax action topples the pole in about 9 steps; sampling lasts longer
     assert deterministic != stochastic
-    assert eval_return("c", False) == stochastic  # the same seed gives the same stochastic episodes
+    assert eval_return(False) == stochastic  # the same seed gives the same stochastic episodes
 
 
 def test_seed_estimates_pair_seeds_and_measure_the_drop_against_dense():

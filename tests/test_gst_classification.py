@@ -1,6 +1,8 @@
-"""gst_classification over seeds: per-seed folders and resume, seed-stacked tables, legacy tables, the estimates."""
+"""gst_classification over seeds as its notebook trains them: per-seed folders and resume, seed-stacked tables, the estimates."""
 
 from __future__ import annotations
+
+import copy
 
 import pandas as pd
 import pytest
@@ -13,10 +15,10 @@ from rlq.experiments.gst import (
     classification_tables,
     load_classification_data,
     mean_over_seeds,
-    train_classifiers,
 )
-from rlq.experiments.gst.classification import seed_folder, with_seed_column
-from rlq.vision import make_schedule
+from rlq.experiments.gst.classification import with_seed_column
+from rlq.rl.parallel import run_jobs
+from rlq.vision import make_schedule, resnet32, train_classifier
 
 SCHEDULE = dict(
     block_size=2, late_block_size=0, transition_at=0.25, bc_end=0.5, s_shift=1.0, max_sparsity=0.7,
@@ -42,36 +44,40 @@ def _schedules(data, methods=("dense", "gst"), epochs=2):
     return {method: make_schedule(method, epochs * spe, spe, **SCHEDULE) for method in methods}
 
 
-def _train(data, out, seeds, methods=("dense", "gst"), **options):
-    return train_classifiers(
-        data,
-        _schedules(data, methods),
-        epochs=2,
-        batch_size=48,
-        width=4,
-        seeds=seeds,
-        out=out,
-        lr=0.05,
-        **options,
-    )
+def seed_folder(out, seed):
+    return out / f"seed_{seed}"
+
+
+def train_one(data, schedule, out, seed, method, threads=None):
+    """One seed and method as gst_classification's ``train_one`` trains it: the seed's initial weights, resumable."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)  # the same initial weights for every method of this seed
+    model = resnet32(num_classes=data.num_classes, width=4, in_channels=data.image_shape[0])
+    return train_classifier(
+        model, data, 2, batch_size=48, schedule=copy.deepcopy(schedule), seed=seed, method=method,
+        checkpoint_dir=seed_folder(out, seed) / "checkpoints" / method, lr=0.05,
+    )  # fmt: skip
+
+
+def _train(data, out, seeds, methods=("dense", "gst")):
+    schedules = _schedules(data, methods)
+    return {seed: {m: train_one(data, schedules[m], out, seed, m) for m in methods} for seed in seeds}
 
 
 def test_each_seed_trains_a_fresh_copy_of_the_schedule_it_is_given(data, tmp_path):
     schedules = _schedules(data, ("gst",))
     before = schedules["gst"].state_dict()
-    results = train_classifiers(
-        data, schedules, epochs=2, batch_size=48, width=4, seeds=[0, 1], out=tmp_path, lr=0.05
-    )
-    assert schedules["gst"].state_dict() == before  # the caller's schedule never trains
+    results = [train_one(data, schedules["gst"], tmp_path, seed, "gst") for seed in (0, 1)]
+    assert schedules["gst"].state_dict() == before  # the notebook's schedule never trains
     # both seeds started from the same (fresh) schedule: each compressed from step 0 (B = 2: half of nearly every weight)
-    assert all(r["gst"].history["compression_ratio"].iloc[0] > 0.45 for r in results.values())
+    assert all(r.history["compression_ratio"].iloc[0] > 0.45 for r in results)
 
 
 def test_a_schedule_for_another_length_of_training_is_refused(data, tmp_path):
-    with pytest.raises(ValueError, match=r"schedules\['gst'\] has total_steps"):
-        train_classifiers(data, _schedules(data, ("gst",), epochs=3), epochs=2, batch_size=48, width=4, seeds=[0],
-                          out=tmp_path)  # fmt: skip
-    assert not any(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="the schedule plans"):
+        train_one(data, _schedules(data, ("gst",), epochs=3)["gst"], tmp_path, 0, "gst")
+    assert not [path for path in tmp_path.rglob("*") if path.is_file()]
 
 
 @pytest.fixture(scope="module")
@@ -178,27 +184,18 @@ def test_resuming_one_seed_leaves_the_other_untouched(data, tmp_path):
 def test_workers_train_the_same_models_as_one_process(trained, data, tmp_path):
     out, alone = trained
     threads = torch.get_num_threads()  # the fixture's thread count, so the sums run in the same order
-    parallel = _train(data, tmp_path, [0, 1], workers=2, torch_threads=threads)
-    for seed in (0, 1):
-        for method in ("dense", "gst"):
-            # trained in a worker, then read back here from its final checkpoint
-            assert parallel[seed][method].resumed_from == 2
-            pd.testing.assert_frame_equal(
-                parallel[seed][method].history.drop(columns="wall_time_s"),
-                alone[seed][method].history.drop(columns="wall_time_s"),
-            )
-            mine, theirs = parallel[seed][method].model.state_dict(), alone[seed][method].model.state_dict()
-            assert mine.keys() == theirs.keys()
-            assert all(torch.equal(mine[k], theirs[k]) for k in mine)
-        assert (seed_folder(tmp_path, seed) / "checkpoints" / "gst").is_dir()
-
-
-def test_workers_must_be_a_positive_int(data, tmp_path):
-    with pytest.raises(ValueError, match="workers"):
-        _train(data, tmp_path, [0], workers=0)
-
-
-def test_seeds_must_be_distinct_and_given(data, tmp_path):
-    for seeds in ([], [1, 1]):
-        with pytest.raises(ValueError, match="seeds"):
-            _train(data, tmp_path, seeds)
+    schedules = _schedules(data)
+    jobs = [dict(data=data, schedule=schedules[m], out=tmp_path, seed=s, method=m, threads=threads)
+            for s in (0, 1) for m in ("dense", "gst")]  # fmt: skip
+    run_jobs(train_one, jobs, workers=2)
+    for job in jobs:
+        seed, method = job["seed"], job["method"]
+        read_back = train_one(**job)  # trained in a worker, then read back here from its final checkpoint
+        assert read_back.resumed_from == 2
+        pd.testing.assert_frame_equal(
+            read_back.history.drop(columns="wall_time_s"),
+            alone[seed][method].history.drop(columns="wall_time_s"),
+        )
+        mine, theirs = read_back.model.state_dict(), alone[seed][method].model.state_dict()
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine)

@@ -271,39 +271,6 @@ def np_ones(n: int):
 
 
 # --------------------------------------------------------------------------------------------------------
-# a notebook's runs (GST's train_and_evaluate_all): failed runs listed in results.json, a resume trains only them
-
-
-def test_gst_runs_list_failed_jobs_and_a_rerun_trains_only_those(tmp_path):
-    import json
-
-    from rlq.experiments.gst.training_runs import train_and_evaluate_all
-    from rlq.rl.parallel import JobsFailed
-
-    hyper = {"policy_kwargs": {"net_arch": [8]}, "n_steps": 16, "batch_size": 16, "n_epochs": 1}
-    jobs = [
-        dict(method=method, algo="PPO", env_id="CartPole-v1", total_timesteps=32, seed=0, eval_episodes=1,
-             keys={"method": method}, hyperparams=hyper, run_dir=tmp_path / "runs" / method)
-        for method in ("dense", "nope")
-    ]  # fmt: skip
-    (tmp_path / "results.json").write_text('{"status": "running"}')
-    with pytest.raises(JobsFailed, match="1 of 2 jobs failed") as raised:
-        train_and_evaluate_all(jobs, out=tmp_path)
-    assert [f.keys for f in raised.value.failures] == [{"method": "nope"}]
-    recorded = json.loads((tmp_path / "results.json").read_text())
-    assert recorded["status"] == "running" and recorded["failed_jobs"][0]["keys"] == {"method": "nope"}
-    (saved,) = (tmp_path / "jobs").glob("*.json")
-    results, tables = train_and_evaluate_all(jobs, out=tmp_path, allow_failed=True)
-    assert [r["keys"] for r in results] == [{"method": "dense"}] and len(tables["summary"]) == 1
-    jobs[1]["method"] = "dense"  # "fixed"; its keys stay
-    stamp = saved.stat().st_mtime_ns
-    results, tables = train_and_evaluate_all(jobs, out=tmp_path)
-    assert len(results) == 2
-    assert saved.stat().st_mtime_ns == stamp  # the finished run was loaded, not retrained
-    assert json.loads((tmp_path / "results.json").read_text())["failed_jobs"] == []
-
-
-# --------------------------------------------------------------------------------------------------------
 # rlq run --resume: a notebook whose jobs save into <run folder>/jobs/ retries only the job that failed
 
 

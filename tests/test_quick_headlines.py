@@ -22,8 +22,11 @@ from conftest import run_cli
 pytestmark = pytest.mark.slow
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "quick_headlines_before.json"
-COMPARED = ["gst_td3_mujoco", "quarl_qat", "quarl_ptq", "quarl_latency", "quarl_actorq"]
-"""Notebooks whose cells now train (or build what they time) themselves: one GST notebook and the QuaRL ones."""
+COMPARED = [
+    "gst_td3_mujoco", "quarl_qat", "quarl_ptq", "quarl_latency", "quarl_actorq", "baseline_rl", "combo_sparse_quant",
+    "gst_classification",
+]  # fmt: skip
+"""Notebooks whose cells now train (or build what they time) themselves, GST's, QuaRL's and the ones beside them."""
 
 
 def cpu_model() -> str:

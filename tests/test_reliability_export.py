@@ -98,17 +98,19 @@ def test_a_model_file_of_another_library_or_damaged_is_refused_in_one_line(model
 
 @pytest.fixture(scope="module")
 def job_folder(tmp_path_factory):
-    """An experiment's run folder holding one trained TD3 job (checkpoints at 100 and 200 steps, settings)."""
-    from rlq.experiments.gst.training_runs import train_and_evaluate
+    """An experiment's run folder holding one trained TD3 job (checkpoints at 100 and 200 steps)."""
+    from rlq.rl.agents import make_model
+    from rlq.sb3 import GSTCallback
+    from rlq.sb3.checkpoint import CompressedCheckpoints
 
     run = tmp_path_factory.mktemp("gst_td3_mujoco") / "20260101T000000Z-abcdef"
     job = run / "runs" / "Pendulum-v1__gst__0"
-    train_and_evaluate(
-        "gst", "TD3", "Pendulum-v1", 200, seed=0, eval_episodes=0, run_dir=job, checkpoint_every=100,
-        hyperparams=dict(learning_starts=50, batch_size=16, policy_kwargs=dict(net_arch=[16, 16])),
-        gst=dict(block_schedule=[[0.0, 4]]),
-    )  # fmt: skip
-    assert (job / "run_settings.json").is_file() and not (job / "params.json").exists()
+    gst = GSTCallback(block_schedule=[(0.0, 4)])
+    checkpoints = CompressedCheckpoints(job, every=100)
+    hyperparams = dict(learning_starts=50, batch_size=16, policy_kwargs=dict(net_arch=[16, 16]))
+    model = checkpoints.resume(make_model("TD3", "Pendulum-v1", seed=0, hyperparams=hyperparams), [gst])
+    model.learn(200, callback=[gst, checkpoints], reset_num_timesteps=False)
+    assert (job / "checkpoints" / "model_200_steps.zip").is_file() and not (job / "params.json").exists()
     return job
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from rlq.core.jsonio import read_json, write_json
-from rlq.experiments.gst.training_runs import RUN_TABLES, _stack
+from rlq.experiments.notebook_jobs import RUN_TABLES, _stack
 from rlq.experiments.results import committed_dir, publish
 from rlq.experiments.reuse import parse_run_spec, plan_reuse, published_runs
 from rlq.experiments.runner import run_experiment
@@ -163,3 +163,18 @@ def test_a_run_with_more_seeds_loads_the_reused_runs_instead_of_training_them(tm
     assert retrained.loc["gst", "wall_time_s"] != before.set_index("method").loc["gst", "wall_time_s"]
     assert (again.path / "runs" / "Pendulum-v1__gst__0").exists()
     assert not (again.path / "runs" / "Pendulum-v1__dense__0").exists()
+
+
+def test_settings_name_functions_and_objects_alike_in_every_process():
+    import torch
+
+    from rlq.core.jsonio import plain_json
+
+    class Noise:
+        pass
+
+    settings = {"activation_fn": torch.nn.ReLU, "schedule": plain_json, "noise": Noise(), "arch": (64, 64)}
+    shown = plain_json(settings)
+    assert shown["activation_fn"] == "torch.nn.modules.activation.ReLU" and shown["arch"] == [64, 64]
+    assert shown["schedule"] == "rlq.core.jsonio.plain_json" and "0x" not in shown["noise"]
+    assert plain_json({**settings, "noise": Noise()}) == shown  # another object of the same kind: equal

@@ -280,7 +280,8 @@ def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):
         )
     qat, compression = QATCallback(BITS), gst("TD3")
     result = train_agent("TD3", "Pendulum-v1", 240, **run, callback=[qat, compression])
-    assert result.resumed_from == 200 and result.model.num_timesteps == 240
+    # the checkpoint at a step follows the schedules' work at that step: the kill at 200 comes first
+    assert result.resumed_from == 160 and result.model.num_timesteps == 240
     assert compression.compression_ratio() > 0.5
     assert_stored_values_quantized(result.model.policy, qat.layers)
 

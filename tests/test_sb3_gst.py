@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from stable_baselines3 import SAC, TD3
@@ -22,10 +21,14 @@ from rlq.compress.block_circulant import stored_target
 from rlq.compress.circulant import is_block_circulant_matrix
 from rlq.compress.masks import mask_of, stored_tensor
 from rlq.compress.optimizer_state import SECOND_MOMENT_KEYS
-from rlq.experiments.gst import train_compressed
-from rlq.experiments.gst.training_runs import train_and_evaluate_all
 from rlq.rl.agents import make_model
-from rlq.sb3.checkpoint import dense_state_dict, load_compressed, save_compressed, saved_callback_states
+from rlq.sb3.checkpoint import (
+    CompressedCheckpoints,
+    dense_state_dict,
+    load_compressed,
+    save_compressed,
+    saved_callback_states,
+)
 from rlq.sb3.compression import CompressionCallback
 from rlq.sb3.compression_history import HISTORY_COLUMNS
 from rlq.sb3.gst_callback import GSTCallback
@@ -377,37 +380,39 @@ def test_compressed_checkpoint_round_trips_for_every_algorithm(algo, tmp_path):
     loaded.learn(20, reset_num_timesteps=False)  # optimizer state fits the compressed parameters
 
 
-def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+def gst_run(folder, total, gst):
+    """One GST training of TD3 as a notebook's per-run function trains it, into ``folder`` (resumed from it)."""
     env_id, hyper = tiny("TD3")
-    kwargs = dict(
-        hyperparams=hyper, run_dir=tmp_path, checkpoint_every=100, gst=gst_settings(total=400), log_every=25
-    )
-    first = train_compressed("gst", "TD3", env_id, 200, **kwargs)  # stops at 200 of the 400-step schedule
-    assert first.resumed_from is None and (tmp_path / "checkpoints" / "model_200_steps.zip").exists()
-    second = train_compressed("gst", "TD3", env_id, 400, **kwargs)
-    assert second.resumed_from == 200
-    history = second.history
-    assert history.iloc[: len(first.history)].equals(first.history)  # restored, not re-run
-    kinds = second.callback.events["kind"].tolist()
+    callback = GSTCallback(**gst, log_every=25)
+    checkpoints = CompressedCheckpoints(folder, every=100)
+    model = checkpoints.resume(make_model("TD3", env_id, seed=0, hyperparams=hyper), [callback])
+    model.learn(total - model.num_timesteps, callback=[callback, checkpoints], reset_num_timesteps=False)
+    return model, callback, checkpoints
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+    gst = gst_settings(total=400)
+    _, first, checkpoints = gst_run(tmp_path, 200, gst)  # stops at 200 of the 400-step schedule
+    assert checkpoints.resumed_from is None and (tmp_path / "checkpoints" / "model_200_steps.zip").exists()
+    _, second, checkpoints = gst_run(tmp_path, 400, gst)
+    assert checkpoints.resumed_from == 200
+    assert second.history.iloc[: len(first.history)].equals(first.history)  # restored, not re-run
+    kinds = second.events["kind"].tolist()
     assert kinds.count("block_circulant") == 1 and "hand_over" in kinds
-    assert second.callback.schedule.state_dict()["last_step"] >= 399
-    third = train_compressed("gst", "TD3", env_id, 400, **kwargs)  # finished: loads, trains no further
-    assert third.resumed_from == 400 and third.average_compression_ratio == pytest.approx(
-        second.average_compression_ratio
+    assert second.schedule.state_dict()["last_step"] >= 399
+    _, third, checkpoints = gst_run(tmp_path, 400, gst)  # finished: loads, trains no further
+    assert checkpoints.resumed_from == 400 and third.average_compression_ratio() == pytest.approx(
+        second.average_compression_ratio()
     )
     with pytest.raises(ValueError, match="another configuration"):
-        train_compressed("gst", "TD3", env_id, 400, **{**kwargs, "gst": gst_settings(total=400, s_shift=0.9)})
+        gst_run(tmp_path, 400, gst_settings(total=400, s_shift=0.9))
 
 
 def test_a_run_saved_before_the_trend_guard_existed_resumes_with_the_guard_off(tmp_path):
     """States saved before trend_ratio / trend_window existed lack them: they resume at their defaults only."""
     import json
 
-    env_id, hyper = tiny("TD3")
-    kwargs = dict(
-        hyperparams=hyper, run_dir=tmp_path, checkpoint_every=100, gst=gst_settings(total=300), log_every=25
-    )
-    train_compressed("gst", "TD3", env_id, 200, **kwargs)
+    gst_run(tmp_path, 200, gst_settings(total=300))
     path = tmp_path / "checkpoints" / "state_200_steps.json"
     state = json.loads(path.read_text())
     extra = state["callbacks"]["gst"]["extra"]
@@ -417,9 +422,9 @@ def test_a_run_saved_before_the_trend_guard_existed_resumes_with_the_guard_off(t
     guarded = gst_settings(total=300)
     guarded["sparsity"] = {**guarded["sparsity"], "trend_ratio": 0.5}
     with pytest.raises(ValueError, match="another configuration"):
-        train_compressed("gst", "TD3", env_id, 300, **{**kwargs, "gst": guarded})
-    resumed = train_compressed("gst", "TD3", env_id, 300, **kwargs)
-    assert resumed.resumed_from == 200 and resumed.model.num_timesteps == 300
+        gst_run(tmp_path, 300, guarded)
+    model, _, checkpoints = gst_run(tmp_path, 300, gst_settings(total=300))
+    assert checkpoints.resumed_from == 200 and model.num_timesteps == 300
 
 
 def test_bad_input_is_rejected_with_clear_errors():
@@ -437,8 +442,6 @@ def test_bad_input_is_rejected_with_clear_errors():
         GradualPruningCallback(0.5, start_fraction=0.9, end_fraction=0.5)
     with pytest.raises(ValueError, match="reward_window"):
         CompressionCallback(reward_window=0)
-    with pytest.raises(ValueError, match="unknown method"):
-        train_compressed("prune", "TD3", "Pendulum-v1", 10)
     with pytest.raises(RuntimeError, match="model.learn"):
         GSTCallback().compression_ratio()
 
@@ -454,44 +457,6 @@ def test_bad_input_is_rejected_with_clear_errors():
         shallow.learn(10, callback=GSTCallback(total_steps=100))
     with pytest.raises(ValueError, match="saved by"):
         GSTCallback().load_state_dict(CompressionCallback().state_dict())
-
-
-def test_train_and_evaluate_all_stacks_every_runs_tables_and_writes_them(tmp_path):
-    env_id, hyper = tiny("PPO")
-    jobs = [
-        dict(
-            method=method, algo="PPO", env_id=env_id, total_timesteps=64, seed=seed, eval_episodes=1,
-            keys={"seed": seed, "method": method}, hyperparams=hyper, log_every=16,
-            gst=gst_settings(total=64, transition_method="projection"),
-        )
-        for seed in (0, 1) for method in ("dense", "gst")
-    ]  # fmt: skip
-    finished = []
-    results, tables = train_and_evaluate_all(
-        jobs, out=tmp_path, on_result=lambda i, r: finished.append(i), tables=("summary", "history", "events")
-    )
-    assert sorted(finished) == [0, 1, 2, 3] and set(tables) == {"summary", "history", "events"}
-    summary = tables["summary"]
-    assert summary[["seed", "method"]].values.tolist() == [[0, "dense"], [0, "gst"], [1, "dense"], [1, "gst"]]
-    assert summary["eval_return"].notna().all()
-    gst_rows = summary["method"] == "gst"
-    assert (summary.loc[gst_rows, "avg_compression_ratio"] > 0).all()
-    assert (summary.loc[~gst_rows, "avg_compression_ratio"] == 0).all()
-    history = tables["history"]
-    assert len(history) == sum(len(r["history"]) for r in results)  # every run's rows, each with its keys
-    for (seed, method), rows in history.groupby(["seed", "method"]):
-        one = next(
-            r["history"] for r in results if r["summary"]["seed"] == seed and r["summary"]["method"] == method
-        )
-        assert rows["compression_ratio"].tolist() == one["compression_ratio"].tolist()
-    written = sorted(p.name for p in tmp_path.glob("*.csv"))
-    assert written == ["events.csv", "history.csv", "summary.csv"]
-    on_disk = pd.read_csv(tmp_path / "summary.csv")
-    assert on_disk["avg_compression_ratio"].tolist() == pytest.approx(
-        summary["avg_compression_ratio"].tolist()
-    )
-    with pytest.raises(ValueError, match="unknown table"):
-        train_and_evaluate_all(jobs, tables=("summary", "rewards"))
 
 
 @pytest.mark.parametrize("optimizer_reset", ["changed", "all"])

@@ -5,8 +5,9 @@
   results under ``data/results/``; ``paths``: where notebooks, data and runs live.
 - ``paper``: the papers' numbers; ``claim_spec``, ``claim_measure``, ``claim_verdicts``: each claim, our number
   and its verdict; ``seed_statistics``: interval estimates over seeds.
-- ``gst``, ``quarl``, ``combo``: the per-paper orchestration that notebooks call; ``shared_figures``: the Plotly
-  figures they share.
+- ``gst``, ``quarl``: the per-paper tables and figures that notebooks call; ``pareto``: the Pareto tables of
+  ``combo_sparse_quant``; ``notebook_jobs``: a notebook's per-run function over its jobs; ``shared_figures``:
+  the Plotly figures they share.
 
 Nothing below this package (compress, quant, rl, sb3, actorq, vision) imports it.
 """

@@ -7,7 +7,7 @@ it names out of every source, so the new run trains them again (e.g. one run mad
 code no longer follows) and keeps the rest. ``FOLDER`` is a run folder (its saved job
 results are copied) or a published one under ``data/results/`` (each run is rebuilt from the published
 tables: ``summary``, ``history``, ``curve`` and ``events``, one row group per run). Only experiments whose
-jobs train through :func:`rlq.experiments.gst.train_and_evaluate_all` keep their runs this way.
+jobs train through :func:`rlq.experiments.notebook_jobs.run_notebook_jobs` keep their runs this way.
 
 A source is refused unless it is a finished run of the same experiment whose parameters equal the new run's
 apart from which runs it holds (:data:`SELECTION_KEYS`) and how it ran (:data:`rlq.experiments.results.PLUMBING_KEYS`). Two sources

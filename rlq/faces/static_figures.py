@@ -194,7 +194,7 @@ def _actorq(run: Committed) -> Figures:
 
 def _combo(run: Committed) -> Figures:
     """Sparsity with quantization: per task, return against bits per weight with the Pareto front."""
-    from rlq.experiments.combo.pareto_figures import pareto_figure
+    from rlq.experiments.pareto_figures import pareto_figure
 
     reference = {"20x (1.6 bits)": 1.6, "50x (0.64)": 0.64}
     return [

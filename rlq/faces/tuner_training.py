@@ -25,7 +25,7 @@ LAST_EPISODES = 10
 
 
 def training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
-    """Return ``(method, gst settings, pruning settings)`` of ``train_compressed`` for the tuner's settings.
+    """Return ``(method, GST settings, pruning settings)`` of a training with the tuner's settings (:func:`training_callback`).
 
     The tuner's GST sparsity is that of the stored B-vectors (as :func:`rlq.faces.widgets.compress_policy`
     prunes them), so a training run caps each layer's compression at what the tuner showed:
@@ -50,6 +50,18 @@ def training_method(settings: TunerSettings) -> tuple[str, dict[str, Any] | None
     else:  # train to the compression the tuner evaluated: its sparsity prunes the B-vectors
         gst["sparsity"] = {"max_sparsity": 1.0 - (1.0 - settings.sparsity) / settings.block_size}
     return "gst", gst, None
+
+
+def training_callback(settings: TunerSettings, log_every: int) -> Any:
+    """Return the compression callback that trains with the tuner's settings (dense: one that only records)."""
+    from rlq.sb3 import CompressionCallback, GradualPruningCallback, GSTCallback
+
+    method, gst, pruning = training_method(settings)
+    if method == "gst":
+        return GSTCallback(**gst, log_every=log_every)
+    if method == "pruning":
+        return GradualPruningCallback(**pruning, log_every=log_every)
+    return CompressionCallback(log_every=log_every)
 
 
 def training_label(settings: TunerSettings) -> str:
@@ -81,7 +93,7 @@ def short_path(path: Path) -> str:
 def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
     """Return the run folder of ``type(tuner.model)`` trained ``steps`` with the tuner's current settings.
 
-    GST (or magnitude pruning, or dense) through :func:`rlq.experiments.gst.train_compressed`, with the
+    GST (or magnitude pruning, or dense: :func:`training_callback`) in one ``model.learn``, with the
     tuner's block size, S_shift, target sparsity, skipped layers and hyperparameters, on the tuner's
     environment. The folder is a normal run folder: ``params.json``, ``results.json``, ``history.csv``,
     ``curve.csv`` and checkpoints. The tuner's training figure shows the episode returns as they come,
@@ -92,11 +104,13 @@ def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
     ``tuner.train_cancel``, once set, stops the training at its next step: the folder keeps a checkpoint
     at that step and ``results.json`` says ``cancelled``.
     """
-    from rlq.experiments.gst import train_compressed
+    from rlq.rl.agents import make_model
+    from rlq.sb3.checkpoint import CompressedCheckpoints
+    from rlq.sb3.run_record import compression_summary
 
     settings = tuner.settings()
     algo = type(tuner.model).__name__
-    method, gst, pruning = training_method(settings)
+    method, _, _ = training_method(settings)
     folder = new_run_dir(tuner.runs_dir, EXPERIMENT)
     shown = short_path(folder)
     hyperparams = json.loads(json.dumps(tuner.hyperparams, default=repr))  # schedules and noise as text
@@ -115,41 +129,34 @@ def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
     tuner.training_label = training_label(settings)
     tuner.show_status(f"training {algo}: {tuner.training_label}. Folder: {shown}")
     live = LiveTraining(tuner, every=max(steps // 20, 1))
-    run = train_compressed(
-        method,
-        algo,
-        tuner.env_id,
-        steps,
-        seed=tuner.seed,
-        n_envs=8 if algo in ("PPO", "A2C") else 1,
-        hyperparams=tuner.hyperparams or None,
-        run_dir=folder,
-        checkpoint_every=max(steps // 2, 1),
-        gst=gst,
-        pruning=pruning,
-        log_every=max(steps // 50, 1),
-        callbacks=[live],
+    compression = training_callback(settings, log_every=max(steps // 50, 1))
+    checkpoints = CompressedCheckpoints(folder, every=max(steps // 2, 1))
+    agent = make_model(algo, tuner.env_id, seed=tuner.seed, n_envs=8 if algo in ("PPO", "A2C") else 1,
+                       hyperparams=tuner.hyperparams or None)  # fmt: skip
+    model = checkpoints.resume(agent, [compression])
+    model.learn(
+        steps - model.num_timesteps, callback=[compression, live, checkpoints], reset_num_timesteps=False
     )
-    run.history.to_csv(folder / "history.csv", index=False)
-    run.curve.to_csv(folder / "curve.csv", index=False)
-    summary = {k: v for k, v in run.summary(last_episodes=LAST_EPISODES).items() if k != "method"}
-    reached = int(run.model.num_timesteps)
+    compression.history.to_csv(folder / "history.csv", index=False)
+    checkpoints.curve.to_csv(folder / "curve.csv", index=False)
+    summary = compression_summary(compression, checkpoints, LAST_EPISODES)
+    reached = int(model.num_timesteps)
     if reached < steps:  # cancelled
-        live.refresh(run.callback, run.curve)
+        live.refresh(compression, checkpoints.curve)
         _finish(folder, "cancelled", summary, method)
         tuner.show_status(
             f"training cancelled at step {reached:,} of {steps:,} (checkpoint kept). Folder: {shown}"
         )
         return folder
     returns = [
-        evaluate(run.model, tuner.env_id, n_episodes=1, seed=tuner.seed + i).returns[0]
+        evaluate(model, tuner.env_id, n_episodes=1, seed=tuner.seed + i).returns[0]
         for i in range(tuner.n_episodes)
     ]
     summary |= {"eval_return": sum(returns) / len(returns), "eval_episodes": len(returns)}
     tuner.training_final = (reached, summary["eval_return"], len(returns))
-    live.refresh(run.callback, run.curve)
+    live.refresh(compression, checkpoints.curve)
     _finish(folder, "ok", summary, method)
-    last = min(LAST_EPISODES, len(run.curve))
+    last = min(LAST_EPISODES, len(checkpoints.curve))
     tuner.show_status(
         f"trained {reached:,} steps, average compression {summary['avg_compression_ratio']:.1%}. "
         f"Final policy evaluated on {len(returns)} seeded episodes: return {summary['eval_return']:.1f}; "
@@ -180,7 +187,7 @@ class LiveTraining(BaseCallback):
         return not self.tuner.train_cancel.is_set()  # False stops SB3's learn() at this step
 
     def _compression_callback(self) -> Any:
-        # train_agent hands learn() one flat CallbackList; the compression callback is a sibling of this one
+        # learn() gets one flat CallbackList; the compression callback is a sibling of this one
         group = self.locals.get("callback")
         return next((c for c in getattr(group, "callbacks", []) if hasattr(c, "compression_ratio")), None)
 

@@ -19,20 +19,16 @@ import pandas as pd
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat
 
-from rlq.core import progress
 from rlq.core.jsonio import read_json
 from rlq.rl.algorithms import check_algorithm_name
 from rlq.rl.checkpoints import (
     KEEP_CHECKPOINTS,
-    Checkpointer,
-    latest_checkpoint,
     load_newest_checkpoint,
-    move_away_advice,
 )
 from rlq.rl.envs import is_atari, make_vec_env
 from rlq.rl.episodes import finished_episodes
 from rlq.rl.seeding import seed_everything
-from rlq.rl.training_progress import TrainingProgress, report_already_trained, training_label
+from rlq.rl.training_progress import training_label
 
 #: Tuned settings from RL Baselines3 Zoo (hyperparams/*.yml) for the pairs rlq's presets use, with
 #: learning-rate schedules replaced by their constants. Anything else starts from SB3's defaults.
@@ -231,6 +227,9 @@ def train_agent(  # noqa: PLR0913
 ) -> TrainedAgent:
     """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
 
+    One ``model.learn`` with ``callback`` followed by a :class:`rlq.rl.resume.Checkpoints` (the callback a
+    notebook's own loop adds), on :func:`make_model`'s fresh model or the newest checkpoint's.
+
     With a ``run_dir``, checkpoints go to ``run_dir/checkpoints`` every ``checkpoint_every`` timesteps
     (0: only at the end), the newest ``keep_checkpoints`` of them kept and the replay buffers of the newest
     two (:mod:`rlq.rl.checkpoints`), and SB3's log to ``run_dir/sb3``: CSV, and TensorBoard events (SB3's ``rollout/``,
@@ -241,103 +240,36 @@ def train_agent(  # noqa: PLR0913
     ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (rlq's compression schedules) have their
     state saved with each checkpoint and restored on resume. ``env_kwargs`` go to every env made.
     """
+    from rlq.rl.resume import Checkpoints  # it builds on this module's recorder and logger
+
     if total_timesteps < 1:
         raise ValueError(f"total_timesteps must be >= 1, got {total_timesteps}")
-    ckpt_dir = Path(run_dir) / "checkpoints" if run_dir is not None else None
-    log_dir = Path(run_dir) / "sb3" if run_dir is not None else None
-    found = latest_checkpoint(ckpt_dir) if ckpt_dir is not None and ckpt_dir.exists() else None
-    if found is None:
-        model = make_model(
-            algo,
-            env_id,
-            seed=seed,
-            n_envs=n_envs,
-            hyperparams=hyperparams,
-            policy=policy,
-            env_kwargs=env_kwargs,
-        )
-        rows, saved_state = [], {}
-    else:
-        model = _load_checkpoint(algo, env_id, found, seed, n_envs, load_model, env_kwargs)
-        rows = pd.read_csv(ckpt_dir / f"curve_{found[0]}_steps.csv", float_precision="round_trip").to_dict(
-            "records"
-        )
-        saved_state = read_json(
-            ckpt_dir / f"state_{found[0]}_steps.json", what_to_do=move_away_advice(ckpt_dir, found[0])
-        )
-    model.set_logger(quiet_logger(log_dir, f"progress_from_{model.num_timesteps}.csv", tensorboard=True))
-    recorder = EpisodeRecorder(rows, float(saved_state.get("wall_time_s", 0.0)))
     user_callbacks = [] if callback is None else callback if isinstance(callback, list) else [callback]
-    stateful = stateful_callbacks(user_callbacks)
-    if found is not None:
-        restore_callback_states(stateful, saved_state, found[1])
-    checkpointer = None
-    if ckpt_dir is not None:
-        checkpointer = Checkpointer(
-            ckpt_dir, checkpoint_every, recorder, save_model, stateful, keep=keep_checkpoints
-        )
-    callbacks = [recorder, *([checkpointer] if checkpointer is not None else []), *user_callbacks]
     label = training_label(algo, env_id, seed, Path(run_dir) if run_dir is not None else None)
-    _learn(model, total_timesteps, callbacks, label)
-    last = None
-    if checkpointer is not None and (found is None or model.num_timesteps > found[0]):
-        last = checkpointer.save()
-    elif found is not None:
-        last = found[1]
-    resumed = found[0] if found is not None else None
-    return TrainedAgent(model, recorder.frame(), recorder.wall_time(), resumed, last)
-
-
-def _learn(model, total_timesteps: int, callbacks: list[BaseCallback], label: str) -> None:
-    """Train ``model`` up to ``total_timesteps`` with ``callbacks``, reporting live progress when someone listens."""
-    remaining = total_timesteps - model.num_timesteps
-    shown = progress.enabled()
-    if remaining <= 0:
-        if shown:
-            report_already_trained(total_timesteps, model.num_timesteps, label)
-        return
-    tracker = TrainingProgress(total_timesteps, label) if shown else None
-    try:
-        model.learn(
-            remaining,
-            callback=CallbackList([*callbacks, *([tracker] if tracker else [])]),
-            reset_num_timesteps=False,
-        )
-        # SB3 dumps its log every few episodes (off-policy) or rollouts: write the last ones' too
-        model.dump_logs()
-    except BaseException as exc:
-        if tracker is not None:
-            tracker.finish("failed", exc)
-        raise
-
-
-def _load_checkpoint(
-    algo: str,
-    env_id: str,
-    found: tuple[int, Path],
-    seed: int,
-    n_envs: int,
-    load_model: Callable[[type, Path, Any], Any] | None,
-    env_kwargs: dict[str, Any] | None,
-):
-    """Return the model of checkpoint ``found`` (``(timesteps, path)``) with its replay buffer, on fresh envs."""
-    steps, path = found
-    # seeded past the first run's seed: fresh episodes, not a replay of the first
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed + steps, **(env_kwargs or {}))
-    replay = path.parent / f"replay_{steps}_steps.pkl"
-    try:
-        if load_model is None:
-            model = algorithm_class(algo).load(path, env=env)
-        else:
-            model = load_model(algorithm_class(algo), path, env)
-        if replay.exists():
-            model.load_replay_buffer(replay)
-    except Exception as e:  # a truncated or foreign file: say which one, and how to go on
-        raise RuntimeError(
-            f"checkpoint {path} (or its replay buffer) cannot be loaded: {type(e).__name__}: {e}. "
-            + move_away_advice(path.parent, steps)
-        ) from e
-    return model
+    checkpoints = Checkpoints(
+        run_dir,
+        checkpoint_every,
+        keep=keep_checkpoints,
+        save_model=save_model,
+        load_model=load_model,
+        label=label,
+    )
+    fresh = make_model(
+        algo, env_id, seed=seed, n_envs=n_envs, hyperparams=hyperparams, policy=policy, env_kwargs=env_kwargs
+    )
+    model = checkpoints.resume(fresh, user_callbacks)
+    model.learn(
+        total_timesteps - model.num_timesteps,
+        callback=[*user_callbacks, checkpoints],
+        reset_num_timesteps=False,
+    )
+    return TrainedAgent(
+        model,
+        checkpoints.curve,
+        checkpoints.wall_time_s,
+        checkpoints.resumed_from,
+        checkpoints.last_checkpoint,
+    )
 
 
 def restore_callback_states(stateful: dict[str, Any], saved_state: dict[str, Any], path: Path) -> None:

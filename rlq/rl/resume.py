@@ -37,6 +37,8 @@ LoadModel = Callable[[type, Path, Any], Any]
 class Checkpoints(CallbackList):
     """Checkpoints of one training in ``folder`` every ``every`` steps (0: at the end only), and its resume.
 
+    ``folder`` None keeps no checkpoints and no log: the callback then only records the curve and shows progress.
+
     ``keep``: how many of the newest checkpoints stay. ``save_model(model, path)`` and ``load_model(cls,
     path, env)`` replace SB3's ``model.save(path)`` and ``cls.load(path, env=env)`` (a compressed policy needs
     :class:`rlq.sb3.checkpoint.CompressedCheckpoints`'). ``label`` names the training's progress bar outside
@@ -47,7 +49,7 @@ class Checkpoints(CallbackList):
 
     def __init__(
         self,
-        folder: str | Path,
+        folder: str | Path | None,
         every: int = 0,
         *,
         keep: int = KEEP_CHECKPOINTS,
@@ -58,9 +60,10 @@ class Checkpoints(CallbackList):
         super().__init__([])
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ValueError(f"every must be an int >= 0 (0: a checkpoint at the end only), got {every!r}")
-        self.folder, self.every, self.keep = Path(folder), every, keep
+        self.folder = Path(folder) if folder is not None else None
+        self.every, self.keep = every, keep
         self.save_model, self.load_model = save_model, load_model
-        self.label = label or self.folder.name
+        self.label = label or (self.folder.name if self.folder is not None else "training")
         self.resumed_from: int | None = None
         self.last_checkpoint: Path | None = None
         self.wall_time_s = 0.0
@@ -71,9 +74,9 @@ class Checkpoints(CallbackList):
         self._start_steps = 0
 
     @property
-    def checkpoint_dir(self) -> Path:
-        """Return the folder the checkpoints are in."""
-        return self.folder / "checkpoints"
+    def checkpoint_dir(self) -> Path | None:
+        """Return the folder the checkpoints are in (None without a ``folder``)."""
+        return self.folder / "checkpoints" if self.folder is not None else None
 
     @property
     def curve(self) -> pd.DataFrame:
@@ -89,25 +92,29 @@ class Checkpoints(CallbackList):
         ``checkpoint_key`` is kept in every checkpoint and restored here.
         """
         self._stateful = stateful_callbacks(list(callbacks))
-        found = latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir.is_dir() else None
+        checkpoint_dir = self.checkpoint_dir
+        found = (
+            latest_checkpoint(checkpoint_dir)
+            if checkpoint_dir is not None and checkpoint_dir.is_dir()
+            else None
+        )
         rows: list[dict[str, Any]] = []
         wall_time = 0.0
         if found is not None:
             steps, path = found
             model = self._load(model, steps, path)
-            curve = pd.read_csv(
-                self.checkpoint_dir / f"curve_{steps}_steps.csv", float_precision="round_trip"
-            )
+            curve = pd.read_csv(checkpoint_dir / f"curve_{steps}_steps.csv", float_precision="round_trip")
             rows = curve.to_dict("records")
             state = read_json(
-                self.checkpoint_dir / f"state_{steps}_steps.json",
-                what_to_do=move_away_advice(self.checkpoint_dir, steps),
+                checkpoint_dir / f"state_{steps}_steps.json",
+                what_to_do=move_away_advice(checkpoint_dir, steps),
             )
             wall_time = float(state.get("wall_time_s", 0.0))
             restore_callback_states(self._stateful, state, path)
             self.resumed_from, self.last_checkpoint = steps, path
+        log_folder = self.folder / "sb3" if self.folder is not None else None
         model.set_logger(
-            quiet_logger(self.folder / "sb3", f"progress_from_{model.num_timesteps}.csv", tensorboard=True)
+            quiet_logger(log_folder, f"progress_from_{model.num_timesteps}.csv", tensorboard=True)
         )
         self._recorder = EpisodeRecorder(rows, wall_time)
         self._resumed = True
@@ -133,21 +140,26 @@ class Checkpoints(CallbackList):
         return model
 
     def _init_callback(self) -> None:
+        checkpoint_dir = self.checkpoint_dir
         if not self._resumed:
-            if latest_checkpoint(self.checkpoint_dir) is not None:
+            if checkpoint_dir is not None and latest_checkpoint(checkpoint_dir) is not None:
                 raise RuntimeError(
                     f"{self.checkpoint_dir} holds checkpoints: call checkpoints.resume(model, callbacks) "
                     "before learn, so that training continues from the newest one"
                 )
             self.resume(self.model)
-        self._checkpointer = Checkpointer(
-            self.checkpoint_dir, self.every, self._recorder, self.save_model, self._stateful, keep=self.keep
+        self._checkpointer = (
+            Checkpointer(
+                checkpoint_dir, self.every, self._recorder, self.save_model, self._stateful, keep=self.keep
+            )
+            if checkpoint_dir is not None
+            else None
         )
         total = int(self.model._total_timesteps)
         shown = progress.enabled() and self.model.num_timesteps < total
         self.callbacks = [
             self._recorder,
-            self._checkpointer,
+            *([self._checkpointer] if self._checkpointer is not None else []),
             *([TrainingProgress(total, self.label)] if shown else []),
         ]
         super()._init_callback()
@@ -162,7 +174,8 @@ class Checkpoints(CallbackList):
     def _on_training_end(self) -> None:
         super()._on_training_end()
         self.wall_time_s = self._recorder.wall_time()
-        if self.num_timesteps > self._start_steps or self.last_checkpoint is None:
+        trained = self.num_timesteps > self._start_steps
+        if self._checkpointer is not None and (trained or self.last_checkpoint is None):
             self.last_checkpoint = self._checkpointer.save()
-            # SB3 writes its log every few episodes or rollouts: write the last ones' too
+        if trained:  # SB3 writes its log every few episodes or rollouts: write the last ones' too
             self.model.dump_logs()

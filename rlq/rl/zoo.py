@@ -164,6 +164,32 @@ def zoo_hyperparams(algorithm: str, env_id: str) -> ZooSettings:
     )
 
 
+def zoo_td3_settings(env_id: str) -> tuple[int, dict[str, Any]]:
+    """Return rl-zoo3's TD3 budget and hyperparameters for ``env_id``, as :func:`rlq.rl.agents.make_model` takes them.
+
+    Read from the installed ``rl_zoo3``'s ``td3.yml`` (:func:`zoo_hyperparams`). The zoo's Gaussian
+    exploration noise becomes ``action_noise_std`` (so the settings stay JSON, as a run folder records them);
+    the replay buffer is capped at the budget, which it never outgrows. Raises
+    :class:`rlq.rl.zoo.ZooSettingError` for a task the zoo does not tune TD3 on, or for settings one TD3
+    environment with Gaussian noise cannot take (parallel environments, other noise).
+    """
+    settings = zoo_hyperparams("TD3", env_id)
+    if settings.n_envs != 1 or settings.policy != "MlpPolicy":
+        raise ZooSettingError(
+            f"{settings.source} trains {settings.n_envs} environments with {settings.policy}; "
+            "zoo_td3_settings trains one environment with an MlpPolicy"
+        )
+    hyperparams = dict(settings.hyperparams)
+    if hyperparams.pop("action_noise", None) is not None:
+        if settings.noise_type != "normal":
+            raise ZooSettingError(
+                f"{settings.source} explores with {settings.noise_type} noise; zoo_td3_settings takes Gaussian noise only"
+            )
+        hyperparams["action_noise_std"] = settings.noise_std
+    hyperparams["buffer_size"] = min(int(hyperparams.get("buffer_size", 1_000_000)), settings.n_timesteps)
+    return settings.n_timesteps, hyperparams
+
+
 def _check_supported(raw: dict[str, Any], env_id: str, where: str) -> None:
     """Drop the zoo-only keys rlq already honours from ``raw``; raise for those it cannot."""
     normalize = raw.pop("normalize", False)

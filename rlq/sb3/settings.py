@@ -1,8 +1,7 @@
 """What an rlq training callback was built with, as plain JSON data.
 
-A run folder records it beside the run's other settings and refuses to resume under other ones
-(:func:`rlq.experiments.combo.jobs.check_run_config`); the callbacks' own checkpoint state checks the same
-from the inside when a schedule resumes.
+A run folder records it beside the run's other settings and refuses to resume under other ones; the
+callbacks' own checkpoint state checks the same from the inside when a schedule resumes.
 """
 
 from __future__ import annotations

@@ -2,17 +2,12 @@
 
 In the order the notebooks call it:
 
-- :mod:`~rlq.experiments.gst.arms`: :func:`compression_settings` derives GST's and the pruning baseline's
-  callback settings from a notebook's parameters, by one rule for every notebook; :func:`td3_hyperparams`
-  makes TD3's arguments (the notebooks build their callbacks in a cell and train them with
-  :func:`rlq.experiments.seed_runs.run_seeds`).
-- :mod:`~rlq.experiments.gst.training_runs`: :func:`train_and_evaluate_all` trains them (through
-  :func:`train_and_evaluate` and :func:`train_compressed`, with checkpoints and resume) and stacks their tables.
+The notebooks build their callbacks (with :mod:`rlq.sb3.gst_settings`' rule) and train them in a cell of their own.
+
 - :mod:`~rlq.experiments.gst.tables`: :func:`method_means`, :func:`compare_methods`, :func:`seed_estimates` (IQM intervals over seeds), :func:`phase_returns` (score per phase of training), :func:`controller_decisions`,
-  :func:`gst_start_compression`, :func:`sweep_table` and :func:`sweep_numbers` turn the
+  :func:`gst_start_compression`, :func:`sweep_label`, :func:`sweep_table` and :func:`sweep_numbers` turn the
   tables into what the notebooks show and record.
-- :mod:`~rlq.experiments.gst.classification`: :func:`load_classification_data`, :func:`train_classifiers`
-  (per seed under ``seed_<s>/``), :func:`classification_tables`, :func:`mean_over_seeds`,
+- :mod:`~rlq.experiments.gst.classification`: :func:`load_classification_data`, :func:`classification_tables`, :func:`mean_over_seeds`,
   :func:`classification_estimates` and :func:`classification_numbers`, the ResNet-32 comparison of
   ``gst_classification``.
 - :mod:`~rlq.experiments.gst.compression_figures`: their Plotly figures
@@ -20,14 +15,12 @@ In the order the notebooks call it:
   does not import Plotly).
 """
 
-from rlq.experiments.gst.arms import compression_settings, sweep_label, td3_hyperparams
 from rlq.experiments.gst.classification import (
     classification_estimates,
     classification_numbers,
     classification_tables,
     load_classification_data,
     mean_over_seeds,
-    train_classifiers,
 )
 from rlq.experiments.gst.tables import (
     compare_methods,
@@ -37,18 +30,17 @@ from rlq.experiments.gst.tables import (
     phase_returns,
     score_column,
     seed_estimates,
+    sweep_label,
     sweep_numbers,
     sweep_table,
     transition_shifts,
 )
-from rlq.experiments.gst.training_runs import train_compressed
 
 __all__ = [
     "classification_estimates",
     "classification_numbers",
     "classification_tables",
     "compare_methods",
-    "compression_settings",
     "controller_decisions",
     "gst_start_compression",
     "load_classification_data",
@@ -60,8 +52,5 @@ __all__ = [
     "sweep_label",
     "sweep_numbers",
     "sweep_table",
-    "td3_hyperparams",
-    "train_classifiers",
-    "train_compressed",
     "transition_shifts",
 ]

@@ -10,8 +10,9 @@ import pandas as pd
 
 from rlq.experiments import seed_statistics
 from rlq.experiments.claim_measure import measure_table, table_metric
-from rlq.experiments.gst.arms import sweep_label
-from rlq.experiments.gst.training_runs import METHODS
+
+METHODS = ("dense", "pruning", "gst")
+"""The compression methods of the GST notebooks: dense training, Zhu & Gupta's gradual (iterative) pruning, GST."""
 
 SUMMARY_MEANS = (
     "avg_compression_ratio",
@@ -197,3 +198,8 @@ def phase_returns(
         .unstack("phase")
     )
     return table.reindex(columns=labels).reset_index()
+
+
+def sweep_label(transition: str, s_shift: float) -> str:
+    """Return the name of one swept GST configuration, e.g. ``"exact, S_shift 0.25"``."""
+    return f"{transition}, S_shift {s_shift:g}"

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from rlq.experiments import seed_statistics
-from rlq.experiments.combo.methods import METHODS, method_label
+from rlq.sb3.deployed import METHODS, method_label
 
 DENSE_BITS = 32.0
 """Bits per weight of the dense fp32 actor: the compression factor of a method is ``32 / bits_per_weight``."""

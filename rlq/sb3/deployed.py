@@ -1,9 +1,8 @@
-"""The seven sparse and/or low-bit methods of ``combo_sparse_quant``, each deployed as it would ship and measured.
+"""A trained SB3 agent's actor deployed as a compression method ships: a packed file, an ONNX Runtime session, measured.
 
-Five TD3 trainings per task and seed (:data:`TRAININGS`) give seven methods (:data:`DERIVED`): a method that
-only acts after training (PTQ int8 of the dense, pruned or GST agent) reuses its training's agent.
-
-Deployment (:func:`deploy_actor`), the same path for every method so that methods compare like with like:
+The methods (:data:`METHODS`) of ``combo_sparse_quant``: dense fp32, PTQ int8 (of a dense, pruned or GST agent),
+GST in fp32, and QAT at ``qat_bits`` bits (of a GST or pruned agent). Deployment (:func:`deploy_actor`) is the same
+path for every method, so that methods compare like with like:
 
 1. **Stored file.** The actor's action path is written with :func:`rlq.quant.size.save_packed` at the
    method's width (:func:`deployment`): fp32 values for dense and GST; 8-bit codes with one scale per tensor
@@ -18,11 +17,11 @@ Deployment (:func:`deploy_actor`), the same path for every method so that method
    the others (n-bit QAT values dequantized at load; a sparse weight runs as a dense matmul with zeros,
    NOTES.md: CSR kernels lose below ~90% sparsity). The method is **evaluated through this runtime**, so its
    return is the return of what was stored and shipped, not of the training-time module.
-3. **Latency.** Batch-1 latency of every method's ONNX session and of a dense fp32 actor of the same
-   architecture (the reference, exported from a fresh network), built first and then timed in interleaved
-   rounds in one process (:func:`measure_side_by_side`); ``latency_ratio`` is the method's median over the
-   reference's. Timings move with machine load (NOTES.md: a loaded 2-core machine inflated one ratio 6x):
-   these numbers mean something only on a quiet machine; report ``uptime`` beside them.
+3. **Latency.** Batch-1 latency of every method's ONNX file and of a dense fp32 actor of the same
+   architecture (the reference, exported from a fresh network), timed in interleaved rounds in one process
+   (:func:`deployed_latency`); ``latency_ratio`` is the method's median over the reference's. Timings move
+   with machine load (NOTES.md: a loaded 2-core machine inflated one ratio 6x): these numbers mean something
+   only on a quiet machine; report ``uptime`` beside them.
 """
 
 from __future__ import annotations
@@ -37,24 +36,6 @@ import numpy as np
 
 METHODS = ("dense", "ptq_int8", "pruning_ptq_int8", "gst", "gst_ptq_int8", "gst_qat", "pruning_qat")
 """The methods compared, in table order."""
-
-TRAININGS: dict[str, tuple[str, bool]] = {
-    "dense": ("dense", False),
-    "pruning": ("pruning", False),
-    "gst": ("gst", False),
-    "gst_qat": ("gst", True),
-    "pruning_qat": ("pruning", True),
-}
-"""Training name -> (compression method of :func:`rlq.experiments.gst.make_callback`, with QAT in the same learn?)."""
-
-DERIVED: dict[str, tuple[str, ...]] = {
-    "dense": ("dense", "ptq_int8"),
-    "pruning": ("pruning_ptq_int8",),
-    "gst": ("gst", "gst_ptq_int8"),
-    "gst_qat": ("gst_qat",),
-    "pruning_qat": ("pruning_qat",),
-}
-"""Training name -> the methods derived from its agent (post-training methods reuse the agent)."""
 
 INT8_METHODS = ("ptq_int8", "pruning_ptq_int8", "gst_ptq_int8")
 QAT_METHODS = ("gst_qat", "pruning_qat")
@@ -88,12 +69,6 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     if not methods:
         raise ValueError("methods is empty")
     return [m for m in METHODS if m in methods]
-
-
-def trainings_for(methods: Sequence[str]) -> list[str]:
-    """Return the trainings the ``methods`` need, in :data:`TRAININGS` order (at most five per task and seed)."""
-    wanted = set(check_methods(methods))
-    return [name for name, derived in DERIVED.items() if wanted & set(derived)]
 
 
 def deployment(method: str, qat_bits: int = 4) -> tuple[int | None, bool | None, str]:
@@ -224,7 +199,7 @@ def measure_side_by_side(
     }
 
 
-def deploy_and_measure(  # noqa: PLR0913
+def deploy_and_measure(
     model: Any,
     env_id: str,
     methods: Sequence[str],
@@ -233,32 +208,24 @@ def deploy_and_measure(  # noqa: PLR0913
     folder: str | Path,
     qat_bits: int = 4,
     eval_episodes: int = 5,
-    latency_repeats: int = 200,
-    latency_rounds: int = 5,
 ) -> list[dict[str, Any]]:
-    """Return one row per method: deployed return (seeded ``seed + EVAL_SEED_OFFSET``), bits, bytes, latency.
+    """Return one row per method: ``method``, deployed ``eval_return`` and ``eval_std``, ``bits_per_weight``, ``packed_bytes``.
 
-    Columns: ``method``, ``eval_return``, ``eval_std``, ``bits_per_weight``, ``packed_bytes``, ``latency_us``,
-    ``latency_p90_us``, ``reference_latency_us`` (dense fp32 in the same rounds), ``latency_ratio``. With
-    ``latency_repeats`` 0 no latency is measured (the latency columns are NaN).
+    Each method is deployed into ``folder`` (:func:`deploy_actor`) and evaluated through its runtime on
+    ``eval_episodes`` episodes seeded ``seed + EVAL_SEED_OFFSET``. The folder also gets the dense fp32
+    reference and one seeded observation, so that :func:`deployed_latency` can time the methods later.
     """
     from rlq.rl.evaluate import EVAL_SEED_OFFSET, evaluate
 
     deployed = {m: deploy_actor(model, m, folder, qat_bits) for m in check_methods(methods)}
-    # what a later latency pass needs (deployed_latency): the reference and one seeded observation
-    reference = reference_session(model, folder)
-    x = example_observation(model, seed).numpy()
-    np.save(Path(folder) / LATENCY_INPUT, x)
+    reference_session(model, folder)
+    np.save(Path(folder) / LATENCY_INPUT, example_observation(model, seed).numpy())
     rows = []
     for method, actor in deployed.items():
         result = evaluate(actor.policy, env_id, n_episodes=eval_episodes, seed=seed + EVAL_SEED_OFFSET)
         rows.append(dict(method=method, eval_return=result.mean, eval_std=result.std,
                          bits_per_weight=actor.bits_per_weight, packed_bytes=actor.packed_bytes))  # fmt: skip
-    timings: dict[str, dict[str, float]] = {}
-    if latency_repeats:
-        sessions = {REFERENCE: reference} | {m: a.session for m, a in deployed.items()}
-        timings = measure_side_by_side(sessions, x, repeats=latency_repeats, rounds=latency_rounds)
-    return [row | latency_columns(timings, row["method"]) for row in rows]
+    return rows
 
 
 LATENCY_INPUT = "latency_input.npy"

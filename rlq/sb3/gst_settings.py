@@ -1,4 +1,5 @@
-"""The arms GST runs train: the callback settings every GST notebook derives from its parameters, by arm."""
+"""The settings of GST's and the pruning baseline's callbacks that every GST notebook derives from its parameters, and
+the GST ablation's arms."""
 
 from __future__ import annotations
 
@@ -158,8 +159,3 @@ def arm_settings(method: str, gst: dict[str, Any]) -> dict[str, Any]:
     if method == "gst_only_controller":  # the fixed controller backs off as plain GST does
         merged["sparsity"]["backoff"] = gst.get("sparsity", {}).get("backoff", 0.05)
     return merged
-
-
-def sweep_label(transition: str, s_shift: float) -> str:
-    """Return the name of one swept GST configuration, e.g. ``"exact, S_shift 0.25"``."""
-    return f"{transition}, S_shift {s_shift:g}"
