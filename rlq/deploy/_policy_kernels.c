@@ -12,8 +12,9 @@
  * for the float accumulators (LANES lanes, summed in a fixed order: no fast-math needed) and plain loops
  * for u8 x s8 dot products, which gcc -O3 -march=native turns into VNNI's vpdpbusd where the CPU has it.
  * Intrinsics only where gcc 12 does not find the instruction: widening int8/int16 codes to floats (AVX2,
- * AVX-512) and the int8 frequency-domain sums, whose lanes are not one dot product (AVX-512 VNNI); every
- * other machine runs plain C loops that compute the same.
+ * AVX-512), the int8 frequency-domain sums, whose lanes are not one dot product (AVX-512 VNNI), and every
+ * int8 sum on AVX2 without VNNI (vpmaddwd on codes widened to int16); every other machine runs plain C loops
+ * that compute the same.
  *
  * Ops (word 0; words 1-3: n_in, n_out, activation; 4-6: sizes; 7-15: pointers):
  *   DENSE_F32   y = W x + b                      W float (n_out, in_pad), in_pad = word 4
@@ -106,6 +107,7 @@ typedef struct {
 typedef struct {
     float *cur, *nxt, *X, *Xs;
     uint8_t *u, *g, *h;
+    int16_t *u16;
     int32_t *acc;
     float *s;
     int32_t *z;
@@ -200,11 +202,68 @@ static void quantize_row(const float *restrict x, int64_t n, int64_t n_pad, uint
     *zero_point = (int32_t)z;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#define HAVE_VNNI512 1
+#endif
+#if defined(__AVX2__) && !defined(HAVE_VNNI512)
+/* Without VNNI, gcc vectorises the u8 x s8 sums below as 16-bit products widened one by one; AVX2's vpmaddwd
+ * multiplies 16-bit pairs and adds each pair into an int32 lane in one instruction. The codes of each row are
+ * widened to int16 once (scratch: nb rows of len), the weights as they are loaded. Integer sums: the same
+ * result in any order. */
+#define HAVE_MADD16 1
+
+static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline __m256i load_w16(const int8_t *p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); }
+
+#define DEFINE_DOT_MADD(ROWS)                                                                             \
+    static inline void dot_madd_##ROWS(const int8_t *restrict W, int64_t stride, const int16_t *restrict x, \
+                                       const uint8_t *restrict u, int64_t len, int32_t *restrict out) {   \
+        const int64_t len16 = len / 16 * 16;                                                              \
+        __m256i a[ROWS];                                                                                  \
+        for (int r = 0; r < ROWS; r++) a[r] = _mm256_setzero_si256();                                     \
+        for (int64_t k = 0; k < len16; k += 16) {                                                         \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k));                              \
+            for (int r = 0; r < ROWS; r++)                                                                \
+                a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(xv, load_w16(W + r * stride + k)));       \
+        }                                                                                                 \
+        for (int r = 0; r < ROWS; r++) {                                                                  \
+            int32_t t = hsum_i32(a[r]);                                                                   \
+            for (int64_t k = len16; k < len; k++) t += (int32_t)u[k] * W[r * stride + k];                 \
+            out[r] = t;                                                                                   \
+        }                                                                                                 \
+    }
+DEFINE_DOT_MADD(4)
+DEFINE_DOT_MADD(1)
+#endif
+
 /* rows [0, n) of W (row stride `stride`, `len` codes each) dotted with each of nb code rows (u, `ustride`
- * bytes apart), into acc (row b at acc + b * astride) */
+ * bytes apart), into acc (row b at acc + b * astride); `scratch`: nb * len int16 */
 static void dot_rows_u8s8(const int8_t *restrict W, int64_t stride, int64_t n, const uint8_t *restrict u,
-                          int64_t ustride, int64_t len, int64_t nb, int32_t *restrict acc, int64_t astride) {
+                          int64_t ustride, int64_t len, int64_t nb, int32_t *restrict acc, int64_t astride,
+                          int16_t *restrict scratch) {
     int64_t o = 0;
+#ifdef HAVE_MADD16
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t k = 0; k < len; k++) scratch[b * len + k] = u[b * ustride + k];
+    int32_t out[4];
+    for (; o + 4 <= n; o += 4)
+        for (int64_t b = 0; b < nb; b++) {
+            dot_madd_4(W + o * stride, stride, scratch + b * len, u + b * ustride, len, out);
+            for (int r = 0; r < 4; r++) acc[b * astride + o + r] = out[r];
+        }
+    for (; o < n; o++)
+        for (int64_t b = 0; b < nb; b++)
+            dot_madd_1(W + o * stride, stride, scratch + b * len, u + b * ustride, len, acc + b * astride + o);
+    return;
+#else
+    (void)scratch;
+#endif
     for (; o + 4 <= n; o += 4) {
         const int8_t *w0 = W + o * stride, *w1 = w0 + stride, *w2 = w1 + stride, *w3 = w2 + stride;
         for (int64_t b = 0; b < nb; b++) {
@@ -240,7 +299,7 @@ static void dequantize(const int32_t *restrict acc, const int32_t *restrict cols
 static void dense_i8(op_t op, int64_t nb, const float *restrict x, float *restrict y, buffers_t *buf) {
     const int64_t n_in = op.w[1], n_out = op.w[2], in_pad = op.w[4], ld = buf->fw;
     for (int64_t b = 0; b < nb; b++) quantize_row(x + b * ld, n_in, in_pad, buf->u + b * buf->bw, buf->s + b, buf->z + b);
-    dot_rows_u8s8(PTR(op, 7, const int8_t *), in_pad, n_out, buf->u, buf->bw, in_pad, nb, buf->acc, ld);
+    dot_rows_u8s8(PTR(op, 7, const int8_t *), in_pad, n_out, buf->u, buf->bw, in_pad, nb, buf->acc, ld, buf->u16);
     for (int64_t b = 0; b < nb; b++)
         dequantize(buf->acc + b * ld, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), buf->s[b], buf->z[b],
                    n_out, y + b * ld);
@@ -284,7 +343,7 @@ static void sparse_i8(op_t op, int64_t nb, const float *restrict x, float *restr
             continue;
         }
         for (int64_t b = 0; b < nb; b++) gather_blocks(buf->u + b * bw, col, p0, p1, K, buf->g + b * bw);
-        dot_rows_u8s8(values + (int64_t)p0 * R * K, len, rows, buf->g, bw, len, nb, buf->acc + r0, ld);
+        dot_rows_u8s8(values + (int64_t)p0 * R * K, len, rows, buf->g, bw, len, nb, buf->acc + r0, ld, buf->u16);
     }
     for (int64_t b = 0; b < nb; b++)
         dequantize(buf->acc + b * ld, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), buf->s[b], buf->z[b],
@@ -306,9 +365,6 @@ static void sparse_i8(op_t op, int64_t nb, const float *restrict x, float *restr
  *   [quad of chunks][component][chunk in quad], so that one vpdpbusd lane sums a component over 4 chunks:
  *   the stored codes are in the same order. */
 
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
-#define HAVE_VNNI512 1
-#endif
 #define I8_STEP 128 /* bytes of one int8 accumulator step: 32 int32 lanes, 4 codes each */
 
 /* acc[r][0..LANES): row r's int32 lane sums of W * Xq, acc[r][LANES..2 LANES) of W * Xsq */
@@ -336,6 +392,32 @@ static void sparse_i8(op_t op, int64_t nb, const float *restrict x, float *restr
             _mm512_storeu_si512(acc[r] + 16 * k, a[r][k]);                                                \
             _mm512_storeu_si512(acc[r] + LANES + 16 * k, b[r][k]);                                        \
         }
+#elif defined(HAVE_MADD16)
+/* one 16-code slice c of every I8_STEP at a time (lanes 4c..4c+3: vpmaddwd sums codes 2j, 2j+1 of lane
+ * 4c + j / 2 in its int32 lane j), so that the 2 ROWS accumulators stay in registers */
+#define MAC_I8_BODY(ROWS)                                                                                 \
+    for (int c = 0; c < I8_STEP / 16; c++) {                                                              \
+        __m256i a[ROWS], b[ROWS];                                                                         \
+        for (int r = 0; r < ROWS; r++) a[r] = _mm256_setzero_si256(), b[r] = _mm256_setzero_si256();      \
+        for (int64_t t = c * 16; t < len; t += I8_STEP) {                                                 \
+            const __m256i xq = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(Xq + t)));         \
+            const __m256i xs = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(Xsq + t)));        \
+            for (int r = 0; r < ROWS; r++) {                                                              \
+                const __m256i w = load_w16(W + r * len + t);                                              \
+                a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(xq, w));                                  \
+                b[r] = _mm256_add_epi32(b[r], _mm256_madd_epi16(xs, w));                                  \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int r = 0; r < ROWS; r++) {                                                                  \
+            int32_t ea[8], eb[8];                                                                         \
+            _mm256_storeu_si256((__m256i *)ea, a[r]);                                                     \
+            _mm256_storeu_si256((__m256i *)eb, b[r]);                                                     \
+            for (int j = 0; j < 4; j++) {                                                                 \
+                acc[r][4 * c + j] = ea[2 * j] + ea[2 * j + 1];                                            \
+                acc[r][LANES + 4 * c + j] = eb[2 * j] + eb[2 * j + 1];                                    \
+            }                                                                                             \
+        }                                                                                                 \
+    }
 #else
 #define MAC_I8_BODY(ROWS)                                                                                 \
     for (int r = 0; r < ROWS; r++) {                                                                      \
@@ -630,15 +712,16 @@ static PyObject *forward(PyObject *self, PyObject *args) {
         const int64_t fw = (width + 15) / 16 * 16, bw = (nbytes + 63) / 64 * 64;
         const size_t fbytes = (size_t)(rows * fw) * sizeof(float) + 64, bbytes = (size_t)(rows * bw) + 64;
         const size_t sbytes = (size_t)rows * (sizeof(float) + sizeof(int32_t));
-        char *mem = malloc(5 * fbytes + 3 * bbytes + sbytes);
+        char *mem = malloc(5 * fbytes + 5 * bbytes + sbytes); /* 2 bbytes: int16 codes */
         if (mem == NULL) {
             PyErr_NoMemory();
         } else {
             buffers_t buf = {(float *)mem, (float *)(mem + fbytes), (float *)(mem + 2 * fbytes),
                              (float *)(mem + 3 * fbytes), (uint8_t *)(mem + 5 * fbytes),
                              (uint8_t *)(mem + 5 * fbytes + bbytes), (uint8_t *)(mem + 5 * fbytes + 2 * bbytes),
-                             (int32_t *)(mem + 4 * fbytes), (float *)(mem + 5 * fbytes + 3 * bbytes),
-                             (int32_t *)(mem + 5 * fbytes + 3 * bbytes + rows * sizeof(float)), fw, bw};
+                             (int16_t *)(mem + 5 * fbytes + 3 * bbytes), (int32_t *)(mem + 4 * fbytes),
+                             (float *)(mem + 5 * fbytes + 5 * bbytes),
+                             (int32_t *)(mem + 5 * fbytes + 5 * bbytes + rows * sizeof(float)), fw, bw};
             const float *x = (const float *)obs.buf;
             float *y = (float *)out.buf;
             Py_BEGIN_ALLOW_THREADS for (Py_ssize_t b = 0; b < batch; b += TILE) {
