@@ -84,9 +84,8 @@ def test_bad_block_size_or_compiled_precision_is_refused_naming_the_field(overri
 def test_auto_measures_compiled_actors_for_every_policy_where_the_kernels_are_built(monkeypatch):
     assert engine_backends("int8") == engine_backends("fp32") == ("torch", "onnx", "compiled")
     assert engine_backends("fp16") == ("torch",)
-    monkeypatch.setattr(
-        "rlq.deploy.runtime.USE_KERNELS", False
-    )  # the NumPy fallback never wins: not measured
+    # the NumPy fallback never wins: not measured
+    monkeypatch.setattr("rlq.deploy.runtime.USE_KERNELS", False)
     assert engine_backends("int8") == ("torch", "onnx")
 
 
