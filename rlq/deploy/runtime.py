@@ -12,8 +12,8 @@ Which kernel a layer gets (:func:`plan_layer`):
 
 The compiled module ``rlq/deploy/_policy_kernels.c`` (built by ``setup.py`` where a C compiler is present,
 with ``-march=native``) runs every op of a whole batch in one call, layer by layer on tiles of up to 64
-rows: each block of weights is read from memory once per tile and applied to all its rows, so a batch costs
-less per row than single observations, and each row's result is bit for bit what it is alone. Without it, or with
+rows: each block of weights is read from memory once per tile and applied to all its rows (which saves most
+where the weights do not fit in cache), and each row's result is bit for bit what it is alone. Without it, or with
 ``RLQ_DEPLOY_KERNELS=0``, the same ops run in NumPy: the dense and block-sparse int8 ops give the same
 integer sums and agree to float32 rounding, the float frequency-domain ops to
 :data:`rlq.deploy.bounds.FP32_RTOL`, and the int8 frequency-domain op, whose input DFTs may round to the
