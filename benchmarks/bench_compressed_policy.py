@@ -1,4 +1,4 @@
-"""Batch-1 latency of compiled compressed policies (rlq.deploy) against ONNX Runtime and PyTorch, side by side.
+"""Latency of compiled compressed policies (rlq.deploy) against ONNX Runtime and PyTorch, side by side, by batch.
 
 Models (random weights; latency does not depend on their values): ``17-W-W-W-6`` MLPs, HalfCheetah's
 observation and action sizes, ReLU between layers and tanh at the end, for W in the width sweep; and TD3's
@@ -14,9 +14,16 @@ cooled by the simulator), timing the policy call only. Every round times every p
 hits all alike); a round's p50 and p99 are over its calls, and the table shows their median over rounds,
 and each policy's p50 ratio to ONNX Runtime int8 dense of the same width (higher is faster). ``weight KiB``:
 the bytes of weights, scales, indices and tables one call reads (dense references: int8 or fp32 weights and
-their scales and biases). Run:
+their scales and biases).
+
+With ``--batches 1 8 64`` every policy is also timed back to back on batches of that many observations
+(one call per batch, the same rounds): the table gives each call's p50, its cost per row, the per-row
+gain over the same policy at batch 1 (``row gain``: p50 at batch 1 over p50 per row at the batch, higher
+means the batch shares more) and the p50 ratio to ONNX Runtime int8 dense at the same batch. The header
+names the CPU (from ``/proc/cpuinfo``): the ratios belong to it. Run:
 
     .venv/bin/python benchmarks/bench_compressed_policy.py            # several minutes on 2 cores
+    .venv/bin/python benchmarks/bench_compressed_policy.py --widths 2048 --blocks 16 --sparsities 0.9 --batches 1 8 64
     .venv/bin/python benchmarks/bench_compressed_policy.py --quick    # a smoke run, well under a minute
 """
 
@@ -57,6 +64,8 @@ class Policy:
     weight_bytes: int
     tight: list[tuple[float, float]] = field(default_factory=list)
     env: list[tuple[float, float]] = field(default_factory=list)
+    batched: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    """Per-round p50 / p99 of one call on a batch, by batch size (batch 1: ``tight``)."""
 
 
 def mlp(widths: list[int], seed: int = 0) -> nn.Sequential:
@@ -182,16 +191,39 @@ def calls_for(policy: Policy, observations: np.ndarray, budget_s: float, lo: int
     return int(min(hi, max(lo, budget_s / max(per_call, 1e-7))))
 
 
-def measure(groups: dict[str, list[Policy]], rounds: int, budget_s: float, lo: int, hi: int) -> None:
-    """Time every policy of every group, ``rounds`` times, in turn; results land in the policies."""
+def visited_observations(env: gym.Env, n: int) -> np.ndarray:
+    """Return ``n`` float32 observations of ``env`` under random actions, from 8 seeded episodes."""
+    rows = []
+    for seed in range(8):
+        obs, _ = env.reset(seed=seed)
+        env.action_space.seed(seed)
+        for _ in range(n // 8):
+            rows.append(np.asarray(obs, np.float32))
+            obs, *_ = env.step(env.action_space.sample())
+    return np.stack(rows)
+
+
+def measure(
+    groups: dict[str, list[Policy]], rounds: int, budget_s: float, lo: int, hi: int, batches: list[int]
+) -> None:
+    """Time every policy of every group, ``rounds`` times, in turn; results land in the policies.
+
+    Batch 1 is timed back to back and with ``env.step``; every other batch in ``batches`` back to back, one
+    call per batch of distinct observations, cycling through 8 batches.
+    """
     env = gym.make(ENV_ID)
-    observations = np.stack([np.asarray(env.reset(seed=s)[0], np.float32)[None] for s in range(64)])
-    calls = {id(p): calls_for(p, observations, budget_s, lo, hi) for ps in groups.values() for p in ps}
+    visited = visited_observations(env, 8 * max([64, *batches]))
+    inputs = {b: visited[: 8 * b].reshape(8, b, OBS) for b in batches if b > 1}
+    inputs[1] = visited[:64, None]
+    policies = [p for ps in groups.values() for p in ps]
+    calls = {(id(p), b): calls_for(p, x, budget_s, lo, hi) for p in policies for b, x in inputs.items()}
     for _ in range(rounds):
-        for policies in groups.values():
-            for p in policies:
-                p.tight.append(time_tight(p, observations, calls[id(p)]))
-                p.env.append(time_with_env(p, env, calls[id(p)]))
+        for p in policies:
+            p.tight.append(time_tight(p, inputs[1], calls[id(p), 1]))
+            p.env.append(time_with_env(p, env, calls[id(p), 1]))
+            for b, x in inputs.items():
+                if b > 1:
+                    p.batched.setdefault(b, []).append(time_tight(p, x, calls[id(p), b]))
     env.close()
 
 
@@ -218,6 +250,29 @@ def print_group(title: str, policies: list[Policy]) -> dict[str, tuple[float, fl
     return ratios
 
 
+def print_batches(title: str, policies: list[Policy], batches: list[int]) -> dict[str, dict[int, float]]:
+    """Print one group's batch table; return each policy's p50 ratio to the reference at each batch."""
+    ref = next(p for p in policies if p.name == REFERENCE)
+
+    def p50(p: Policy, b: int) -> float:
+        return summary(p.tight if b == 1 else p.batched[b])[0]
+
+    print(f"\n{title}, by batch (tight loop, one call per batch)")
+    header = " | ".join(f"{f'batch {b}: p50 us, us/row, row gain, vs ORT int8':^46}" for b in batches)
+    print(f"{'policy':<28} | {header}")
+    ratios: dict[str, dict[int, float]] = {}
+    for p in policies:
+        cells, ratios[p.name] = [], {}
+        for b in batches:
+            ratios[p.name][b] = p50(ref, b) / p50(p, b)
+            per_row = p50(p, b) / b
+            cells.append(
+                f"{p50(p, b):>10.1f} {per_row:>9.1f} {p50(p, 1) / per_row:>9.2f}x {ratios[p.name][b]:>10.2f}x  "
+            )
+        print(f"{p.name:<28} | " + " | ".join(cells))
+    return ratios
+
+
 TARGETS = [  # (group, policy, least ratio to ORT int8 dense, stretch)
     ("17-2048-2048-2048-6", "rlq circulant B=16 int8", 3.0, 5.0),
     ("17-2048-2048-2048-6", "rlq circulant B=8 int8", 2.0, None),
@@ -238,6 +293,31 @@ def print_targets(ratios: dict[str, dict[str, tuple[float, float]]]) -> None:
         print(f"  {group} {name}: {tight:.2f}x / {env:.2f}x, target >= {least}x {verdict}{extra}")
 
 
+BATCH_TARGETS = [  # (group, policy, batch, least ratio to ORT int8 dense at the same batch)
+    ("17-2048-2048-2048-6", "rlq circulant B=16 int8", 8, 3.0),
+    ("17-2048-2048-2048-6", "rlq circulant B=16 int8", 64, 3.0),
+]
+
+
+def print_batch_targets(ratios: dict[str, dict[str, dict[int, float]]]) -> None:
+    print("\nbatch targets (p50 ratio to ORT int8 dense at the same batch, tight loop):")
+    for group, name, batch, least in BATCH_TARGETS:
+        ratio = ratios.get(group, {}).get(name, {}).get(batch)
+        if ratio is not None:
+            print(
+                f"  {group} {name} batch {batch}: {ratio:.2f}x, target >= {least}x {'met' if ratio >= least else 'missed'}"
+            )
+
+
+def cpu_model() -> str:
+    """Return the CPU's model name from /proc/cpuinfo ("unknown" where there is none)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -249,7 +329,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sparsities", type=float, nargs="+", default=[0.9, 0.95])
     parser.add_argument("--rounds", type=int, default=5, help="rounds; medians are over them")
     parser.add_argument("--budget", type=float, default=0.25, help="seconds of calls per policy and round")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 256 and 2048 wide, B=16, 2 rounds")
+    parser.add_argument(
+        "--batches", type=int, nargs="+", default=[1], help="batch sizes to time back to back (1 always)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 256 and 2048 wide, B=16, batches 1 and 8, 2 rounds"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.widths, args.blocks, args.sparsities, args.rounds, args.budget = (
@@ -259,6 +344,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             2,
             0.02,
         )
+        args.batches = [1, 8]
+    args.batches = sorted({1, *args.batches})
     return args
 
 
@@ -266,9 +353,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    print(
-        f"rlq.deploy batch-1 latency, one thread; {os.cpu_count()} cpus; kernels built: {kernels_available()}"
-    )
+    print(f"rlq.deploy latency, one thread; {os.cpu_count()} cpus; kernels built: {kernels_available()}")
+    print(f"CPU: {cpu_model()}")
     print(f"uptime before: {uptime()}")
     print(
         f"tight: back-to-back calls; with env.step: one {ENV_ID} env.step between calls (policy timed alone)"
@@ -280,9 +366,12 @@ def main(argv: list[str] | None = None) -> None:
         }
         groups["TD3 actor 17-400-300-6"] = td3_policies(folder)
         lo, hi = (20, 200) if args.quick else (50, 2000)
-        measure(groups, args.rounds, args.budget, lo, hi)
+        measure(groups, args.rounds, args.budget, lo, hi, args.batches)
     ratios = {title: print_group(title, policies) for title, policies in groups.items()}
     print_targets(ratios)
+    if len(args.batches) > 1:
+        batch_ratios = {title: print_batches(title, ps, args.batches) for title, ps in groups.items()}
+        print_batch_targets(batch_ratios)
     print(f"\nuptime after: {uptime()}")
 
 

@@ -20,12 +20,14 @@ from rlq.actorq import (
     random_policy,
     train,
 )
+from rlq.actorq.actor import ACTOR_TIMERS, ActorWorker, LocalPolicyStore
 from rlq.actorq.broadcast import QuantizedWeight, quantize_weight
 from rlq.actorq.inference import engine_backends, measure_engines
 from rlq.actorq.learner import Learner
 from rlq.actorq.policy import architecture_of, policy_weights
 from rlq.compress import expand_circulant, is_block_circulant
-from rlq.deploy import FP32_RTOL, error_bound, kernels_available
+from rlq.compress.masks import prune_blocks_
+from rlq.deploy import FP32_RTOL, compile_policy, error_bound, kernels_available
 
 TINY = dict(
     env_id="Pendulum-v1",
@@ -79,10 +81,12 @@ def test_bad_block_size_or_compiled_precision_is_refused_naming_the_field(overri
     assert message in str(caught.value)
 
 
-def test_auto_chooses_among_compiled_actors_for_block_circulant_policies_only():
+def test_auto_measures_compiled_actors_for_every_policy_where_the_kernels_are_built(monkeypatch):
+    assert engine_backends("int8") == engine_backends("fp32") == ("torch", "onnx", "compiled")
+    assert engine_backends("fp16") == ("torch",)
+    # the NumPy fallback never wins: not measured
+    monkeypatch.setattr("rlq.deploy.runtime.USE_KERNELS", False)
     assert engine_backends("int8") == ("torch", "onnx")
-    assert engine_backends("int8", 16) == ("torch", "onnx", "compiled")
-    assert engine_backends("fp16", 16) == ("torch",)
 
 
 @pytest.mark.slow
@@ -197,6 +201,65 @@ def test_compiled_actions_are_the_torch_engines_within_compile_policys_bound(
     kinds = [op.kernel for op in compiled.policy.ops]
     circulant = f"circulant_{precision}"
     assert kinds.count(circulant) == (2 if block_size else 0)
+
+
+def learner_policy(kind: str):
+    """Return a TD3 learner's SB3 model whose 64-wide policy is dense, block-circulant (B = 16) or 16x4-block pruned."""
+    config = ActorQConfig(
+        **{**TINY, "hidden_sizes": (64, 64, 64), "policy_block_size": 16 if kind == "circulant" else None}
+    )
+    model = Learner.create(config).model
+    if (
+        kind == "block_sparse"
+    ):  # its hidden-to-hidden layers, 3 of every 4 blocks of 16 rows x 4 inputs masked
+        hidden = [m for m in model.policy.actor.mu if isinstance(m, torch.nn.Linear)][1:3]
+        for layer in hidden:
+            prune_blocks_(layer, "weight", 0.75, (16, 4))
+    return model
+
+
+@pytest.mark.parametrize("comm", ["fp32", "int8"])
+@pytest.mark.parametrize(
+    "kind, kernel",
+    [("dense", "dense_int8"), ("circulant", "circulant_int8"), ("block_sparse", "sparse_int8")],
+)
+def test_a_compiled_actor_acts_as_compile_policy_of_the_learners_latest_broadcast(kind, kernel, comm):
+    if not kernels_available():
+        pytest.skip("rlq's compiled policy kernels are not built here")
+    model = learner_policy(kind)
+    a = architecture_of(model)
+    actor = ActorWorker(0, "Pendulum-v1", a, "int8", "compiled", seed=0)
+    store, timings = LocalPolicyStore(), dict.fromkeys(ACTOR_TIMERS, 0.0)
+    obs = np.random.default_rng(5).standard_normal((16, a.obs_dim)).astype(np.float32)
+
+    def broadcast(version: int) -> np.ndarray:
+        """Publish the learner's current weights; return compile_policy's outputs of the weights the actor gets."""
+        blob = encode_policy(policy_weights(model), comm, version)
+        store.publish(blob, version)
+        sent = policy_weights(model) if comm == "fp32" else float_values(decode_policy(blob))
+        return compile_policy(acting_sequential(a, sent), "int8").outputs(obs)
+
+    expected = broadcast(0)
+    assert actor.pull(store, timings)
+    before = actor.engine(obs)[0]
+    assert [op.kernel for op in actor.engine.policy.ops[1:3]] == [
+        kernel,
+        kernel,
+    ]  # the hidden-to-hidden layers
+    np.testing.assert_array_equal(before, expected)
+    with torch.no_grad():  # the learner moves on: every stored parameter (masked blocks stay zero)
+        for p in model.policy.actor.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    assert not actor.pull(store, timings)  # nothing new yet: the actor keeps its policy
+    np.testing.assert_array_equal(actor.engine(obs)[0], before)
+    expected = broadcast(1)
+    assert actor.pull(store, timings) and actor.version == 1
+    after = actor.engine(obs)[0]
+    np.testing.assert_array_equal(after, expected)
+    assert np.abs(after - before).max() > 1e-3
+    np.testing.assert_array_equal(actor.act(obs[0], explore=False), after[0])
+    if kind == "block_sparse":
+        assert all(op.density == 0.25 for op in actor.engine.policy.ops if op.kernel == kernel)
 
 
 # --- training ------------------------------------------------------------------------------------------

@@ -228,11 +228,25 @@ def test_pruned_block_circulant_and_qat_layers_run_as_their_forward_does():
         compile_policy(model)
 
 
-def test_a_batch_is_its_rows():
-    model = mlp()
-    block_circulant_(model, 8)
-    compiled = compile_policy(model, "int8")
-    x = inputs(7)
+@pytest.mark.parametrize("batch", [7, 130])  # 130: two tiles of 64 rows and a tile of 2
+@pytest.mark.parametrize("compression", ["circulant", "block_sparse", "circulant_fp32"])
+def test_a_batch_is_its_rows(compression, batch):
+    model = mlp((17, 64, 128, 64, 6))
+    if compression.startswith("circulant"):
+        block_circulant_(model, 8)
+    else:  # the hidden layers pruned in 16x4 blocks, 3 of 4 masked
+        for layer in (model[2], model[4]):
+            keep = torch.rand(layer.out_features // 16, layer.in_features // 4) < 0.25
+            prune_with_mask_(layer, "weight", keep.repeat_interleave(16, 0).repeat_interleave(4, 1).float())
+    compiled = compile_policy(model, "fp32" if compression.endswith("fp32") else "int8")
+    if compression == "block_sparse":
+        assert [op.kernel for op in compiled.ops] == [
+            "dense_int8",
+            "sparse_int8",
+            "sparse_int8",
+            "dense_int8",
+        ]
+    x = inputs(batch)
     rows = np.concatenate([compiled(x[i : i + 1]) for i in range(len(x))])
     np.testing.assert_array_equal(compiled(x), rows)
     assert compiled(x[:0]).shape == (0, 6)

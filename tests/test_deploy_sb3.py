@@ -106,3 +106,4 @@ def test_the_benchmark_runs_quickly_and_prints_its_table():
     for column in ("policy", "p50 us", "p99 us", "vs ORT int8", "weight KiB"):
         assert column in out, out
     assert "ORT int8 dense" in out and "circulant B=16" in out and "with env.step" in out
+    assert "CPU: " in out and "by batch" in out and "batch 8: p50 us, us/row, row gain, vs ORT int8" in out

@@ -17,7 +17,7 @@ PACKAGES = {
     "rlq.compress": "Compression transforms of any nn.Module: block-circulant weights, magnitude pruning, GST's schedule.",
     "rlq.quant": "Quantization of any nn.Module: PTQ, QAT, int8 ONNX export, sizes in bits.",
     "rlq.sb3": "Stable-Baselines3 callbacks and checkpoints: GST, gradual pruning and QAT on any SB3 algorithm.",
-    "rlq.deploy": "A batch-1 CPU runtime for compressed policies: each layer computed in its stored form.",
+    "rlq.deploy": "A CPU runtime for compressed policies: each layer computed in its stored form, a batch at a time.",
     "rlq.stats": "Interval estimates over seeds (rliable's IQM with 95% stratified-bootstrap intervals).",
     "rlq.claims": "The papers' claims and the one rule that judges each from its interval.",
 }

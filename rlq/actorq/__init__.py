@@ -13,7 +13,7 @@ steps, act with quantized inference and send their transitions to the learner's 
 - :func:`predict_speedup` / :func:`speedup_curve`: the end-to-end speedup of quantized actors predicted from measured
   costs, and which side (actors or learner) binds.
 - :func:`measure_engines` / :func:`choose_backend`: actor inference engines (PyTorch, ONNX Runtime, rlq.deploy's
-  compiled kernels: :class:`CompiledEngine`) measured.
+  compiled kernels for dense, block-circulant and block-pruned policies: :class:`CompiledEngine`) measured.
 - ``policy_block_size``: a block-circulant policy trained in fp32 (:func:`block_circulant_policy_`) whose
   broadcast carries its B-vectors, 1/B of the dense values; compiled actors run them in the frequency domain.
 

@@ -15,7 +15,7 @@ BACKENDS = ("local", "ray")
 """Execution engines: one process (tests, debugging) or Ray actors."""
 ACTOR_BACKENDS = ("auto", "torch", "onnx", "compiled")
 """Inference engines of the actors: PyTorch, ONNX Runtime, rlq's compiled policy kernels (:mod:`rlq.deploy`), or
-the fastest by measurement (auto: torch and onnx, and compiled for a block-circulant policy)."""
+the fastest by measurement (auto: torch and onnx, and compiled where its kernels are built)."""
 COMPILED_PRECISIONS = ("fp32", "int8")
 """Precisions compiled actors act at: :func:`rlq.deploy.compile_policy`'s."""
 
@@ -72,8 +72,8 @@ class ActorQConfig:
     """Precision of the broadcast policy: fp32, fp16, bf16, int2..int16; None sends at actor_precision."""
     actor_backend: str = "auto"
     """Actor inference engine: torch, onnx (ONNX Runtime), compiled (rlq.deploy's C kernels: block-circulant layers
-    in the frequency domain, dense ones int8 or fp32; NumPy where the kernels are not built) or auto (the fastest
-    measured at start; compiled is a candidate for a block-circulant policy)."""
+    in the frequency domain, layers pruned in whole blocks block-sparse, others dense int8 or fp32; NumPy where
+    the kernels are not built) or auto (the fastest measured at start; compiled is a candidate where built)."""
     update_period: int = 30
     """Environment steps an actor takes between two pulls of the latest policy (paper: 30)."""
     learner_steps: int = 10_000

@@ -13,7 +13,9 @@ loads it.
 
 The compiled engine (:class:`CompiledEngine`) runs the policy with :mod:`rlq.deploy`'s kernels in the form it
 travelled in: a block-circulant policy's B-vectors in the frequency domain (their DFTs computed at each load,
-from 1/B of the dense values), the dense layers int8 (or fp32). PyTorch and ONNX Runtime engines act with
+from 1/B of the dense values), layers whose zeros fill whole blocks (a learner policy pruned in blocks)
+block-sparse int8, the other layers dense int8 (or fp32): at each load, what :func:`rlq.deploy.compile_policy`
+makes of the learner's broadcast weights. PyTorch and ONNX Runtime engines act with
 the dense expansion of the same policy (:meth:`rlq.actorq.broadcast.DecodedPolicy.expanded`).
 """
 
@@ -44,15 +46,18 @@ class InferenceEngine(Protocol):
     def __call__(self, obs: np.ndarray) -> list[np.ndarray]: ...
 
 
-def engine_backends(precision: str, block_size: int | None = None) -> tuple[str, ...]:
+def engine_backends(precision: str) -> tuple[str, ...]:
     """Return the backends ``auto`` measures at ``precision`` (a canonical name).
 
-    torch always; onnx at fp32 and int8; compiled at fp32 and int8 for a block-circulant policy
-    (``block_size`` set), so that runs of dense policies keep choosing among the engines they always had.
+    torch always; onnx at fp32 and int8; compiled at fp32 and int8 for every policy (dense, block-circulant or
+    pruned in blocks) where rlq's compiled policy kernels are built: their NumPy fallback is never the fastest.
     """
     if precision not in ("fp32", "int8"):
         return ("torch",)
-    return ("torch", "onnx", "compiled") if block_size is not None else ("torch", "onnx")
+    from rlq.deploy import kernels_available
+    from rlq.deploy.runtime import USE_KERNELS
+
+    return ("torch", "onnx", "compiled") if USE_KERNELS and kernels_available() else ("torch", "onnx")
 
 
 class TorchEngine:
@@ -264,9 +269,10 @@ class CompiledEngine:
     """The acting network as an :class:`rlq.deploy.CompiledPolicy` built from the broadcast (fp32 or int8).
 
     Block-circulant layers (B-vectors) run in the frequency domain at the engine's precision (int8 DFTs at int8:
-    B-vectors that arrived as codes are dequantized, transformed and quantized again as DFTs, each load), other
-    layers dense int8 or fp32 (dense int8 codes that arrived are requantized by the same per-row rule, which gives
-    them back). B outside :data:`rlq.deploy.frequency.KERNEL_BLOCK_SIZES` runs as the dense expansion.
+    B-vectors that arrived as codes are dequantized, transformed and quantized again as DFTs, each load); at int8,
+    layers whose zeros fill whole blocks run block-sparse (the block shape chosen as
+    :func:`rlq.deploy.compile_policy` chooses it), other layers dense int8 or fp32 (dense int8 codes that arrived
+    are requantized by the same per-row rule, which gives them back). B outside :data:`rlq.deploy.frequency.KERNEL_BLOCK_SIZES` runs as the dense expansion.
     Op names follow :func:`rlq.actorq.policy.acting_sequential`, so ``rlq.deploy.error_bound`` compares the two.
     Without rlq's compiled kernels the same ops run in NumPy (:attr:`compiled` is then False), as
     :func:`rlq.deploy.compile_policy` does.
@@ -397,7 +403,7 @@ def measure_engines(
     obs = np.random.default_rng(0).standard_normal((1, arch.obs_dim)).astype(np.float32)
     results = {}
     with torch_threads(1):
-        for backend in backends or engine_backends(precision, arch.block_size):
+        for backend in backends or engine_backends(precision):
             engine = make_engine(arch, precision, backend)
             engine.load(policy)  # the first load pays one-off initialisation (ONNX Runtime's, torch's)
             loads = []

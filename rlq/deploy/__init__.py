@@ -1,4 +1,4 @@
-"""rlq.deploy: a batch-1 CPU runtime for compressed policies, each layer computed in the form it is stored in.
+"""rlq.deploy: a CPU runtime for compressed policies, each layer computed in the form it is stored in.
 
 :func:`compile_policy` reads an ``nn.Sequential`` actor or a Stable-Baselines3 model's action path once and
 returns a :class:`CompiledPolicy`, a callable from a float32 ``(batch, obs_dim)`` array to SB3's actions:

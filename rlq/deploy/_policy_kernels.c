@@ -1,7 +1,8 @@
-/* Batch-1 CPU kernels of a compiled policy (rlq.deploy): one call runs every layer of the network on a batch.
+/* CPU kernels of a compiled policy (rlq.deploy): one call runs every layer of the network on a batch.
  *
  * Why: an actor that acts one observation at a time is bound by weight bytes and per-call overhead, not by
- * arithmetic. rlq's compressed layers store far fewer bytes than a dense matrix (a block-circulant layer one
+ * arithmetic; a batch runs layer by layer on tiles of up to TILE rows, each weight block applied to every
+ * row of the tile while it is in cache, each row computed exactly as it is alone. rlq's compressed layers store far fewer bytes than a dense matrix (a block-circulant layer one
  * B-vector per B x B block, a block-sparse one only its kept blocks), but PyTorch and ONNX Runtime expand
  * them back to dense. These loops read each layer in the form it is stored in.
  *
@@ -11,8 +12,9 @@
  * for the float accumulators (LANES lanes, summed in a fixed order: no fast-math needed) and plain loops
  * for u8 x s8 dot products, which gcc -O3 -march=native turns into VNNI's vpdpbusd where the CPU has it.
  * Intrinsics only where gcc 12 does not find the instruction: widening int8/int16 codes to floats (AVX2,
- * AVX-512) and the int8 frequency-domain sums, whose lanes are not one dot product (AVX-512 VNNI); every
- * other machine runs plain C loops that compute the same.
+ * AVX-512), the int8 frequency-domain sums, whose lanes are not one dot product (AVX-512 VNNI), and every
+ * int8 sum on AVX2 without VNNI (vpmaddwd on codes widened to int16); every other machine runs plain C loops
+ * that compute the same.
  *
  * Ops (word 0; words 1-3: n_in, n_out, activation; 4-6: sizes; 7-15: pointers):
  *   DENSE_F32   y = W x + b                      W float (n_out, in_pad), in_pad = word 4
@@ -99,11 +101,17 @@ typedef struct {
     const int64_t *w;
 } op_t;
 
-/* per-call scratch: float buffers (the current and next layer, an input's DFTs), int32 sums, byte codes */
+/* scratch of one tile of up to TILE rows, row after row: float buffers (the current and next layer, the
+ * inputs' DFTs) of fw floats a row, int32 sums of fw a row, byte codes of bw a row, and each row's input
+ * scale and zero point */
 typedef struct {
     float *cur, *nxt, *X, *Xs;
     uint8_t *u, *g, *h;
+    int16_t *u16;
     int32_t *acc;
+    float *s;
+    int32_t *z;
+    int64_t fw, bw;
 } buffers_t;
 
 #define PTR(op, k, type) ((type)(uintptr_t)(op).w[k])
@@ -126,28 +134,39 @@ static void activate(float *y, int64_t n, int64_t act) {
 
 /* ------------------------------------------------------------------------------------------- dense fp32 */
 
-static void dense_f32(op_t op, const float *restrict x, float *restrict y) {
+/* Every kernel below runs a tile of nb rows (x and y `ld` floats apart) weight block by weight block: a block
+ * of weights is loaded from memory once and applied to every row while it sits in L1, instead of the whole
+ * matrix streaming through the cache once per row. Each row's arithmetic, and so its result, is what it is
+ * alone. */
+static void dense_f32(op_t op, int64_t nb, const float *restrict x, float *restrict y, int64_t ld) {
     const int64_t n_out = op.w[2], in_pad = op.w[4];
     const float *W = PTR(op, 7, const float *);
     int64_t o = 0;
     for (; o + 4 <= n_out; o += 4) { /* four rows share each load of x */
         const float *w0 = W + o * in_pad, *w1 = w0 + in_pad, *w2 = w1 + in_pad, *w3 = w2 + in_pad;
-        vfloat a0[NV] = {{0}}, a1[NV] = {{0}}, a2[NV] = {{0}}, a3[NV] = {{0}};
-        for (int64_t t = 0; t < in_pad; t += LANES)
-            for (int k = 0; k < NV; k++) {
-                const int64_t e = t + k * VL;
-                const vfloat xv = load_f32(x + e);
-                a0[k] += load_f32(w0 + e) * xv, a1[k] += load_f32(w1 + e) * xv;
-                a2[k] += load_f32(w2 + e) * xv, a3[k] += load_f32(w3 + e) * xv;
-            }
-        y[o] = lane_sum(a0), y[o + 1] = lane_sum(a1), y[o + 2] = lane_sum(a2), y[o + 3] = lane_sum(a3);
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + b * ld;
+            vfloat a0[NV] = {{0}}, a1[NV] = {{0}}, a2[NV] = {{0}}, a3[NV] = {{0}};
+            for (int64_t t = 0; t < in_pad; t += LANES)
+                for (int k = 0; k < NV; k++) {
+                    const int64_t e = t + k * VL;
+                    const vfloat xv = load_f32(xb + e);
+                    a0[k] += load_f32(w0 + e) * xv, a1[k] += load_f32(w1 + e) * xv;
+                    a2[k] += load_f32(w2 + e) * xv, a3[k] += load_f32(w3 + e) * xv;
+                }
+            float *yb = y + b * ld;
+            yb[o] = lane_sum(a0), yb[o + 1] = lane_sum(a1), yb[o + 2] = lane_sum(a2), yb[o + 3] = lane_sum(a3);
+        }
     }
     for (; o < n_out; o++) {
         const float *w0 = W + o * in_pad;
-        vfloat a0[NV] = {{0}};
-        for (int64_t t = 0; t < in_pad; t += LANES)
-            for (int k = 0; k < NV; k++) a0[k] += load_f32(w0 + t + k * VL) * load_f32(x + t + k * VL);
-        y[o] = lane_sum(a0);
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + b * ld;
+            vfloat a0[NV] = {{0}};
+            for (int64_t t = 0; t < in_pad; t += LANES)
+                for (int k = 0; k < NV; k++) a0[k] += load_f32(w0 + t + k * VL) * load_f32(xb + t + k * VL);
+            y[b * ld + o] = lane_sum(a0);
+        }
     }
 }
 
@@ -183,27 +202,92 @@ static void quantize_row(const float *restrict x, int64_t n, int64_t n_pad, uint
     *zero_point = (int32_t)z;
 }
 
-/* rows [0, n) of W (row stride `stride`, `len` codes each) dotted with u, into acc */
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#define HAVE_VNNI512 1
+#endif
+#if defined(__AVX2__) && !defined(HAVE_VNNI512)
+/* Without VNNI, gcc vectorises the u8 x s8 sums below as 16-bit products widened one by one; AVX2's vpmaddwd
+ * multiplies 16-bit pairs and adds each pair into an int32 lane in one instruction. The codes of each row are
+ * widened to int16 once (scratch: nb rows of len), the weights as they are loaded. Integer sums: the same
+ * result in any order. */
+#define HAVE_MADD16 1
+
+static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline __m256i load_w16(const int8_t *p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); }
+
+#define DEFINE_DOT_MADD(ROWS)                                                                             \
+    static inline void dot_madd_##ROWS(const int8_t *restrict W, int64_t stride, const int16_t *restrict x, \
+                                       const uint8_t *restrict u, int64_t len, int32_t *restrict out) {   \
+        const int64_t len16 = len / 16 * 16;                                                              \
+        __m256i a[ROWS];                                                                                  \
+        for (int r = 0; r < ROWS; r++) a[r] = _mm256_setzero_si256();                                     \
+        for (int64_t k = 0; k < len16; k += 16) {                                                         \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k));                              \
+            for (int r = 0; r < ROWS; r++)                                                                \
+                a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(xv, load_w16(W + r * stride + k)));       \
+        }                                                                                                 \
+        for (int r = 0; r < ROWS; r++) {                                                                  \
+            int32_t t = hsum_i32(a[r]);                                                                   \
+            for (int64_t k = len16; k < len; k++) t += (int32_t)u[k] * W[r * stride + k];                 \
+            out[r] = t;                                                                                   \
+        }                                                                                                 \
+    }
+DEFINE_DOT_MADD(4)
+DEFINE_DOT_MADD(1)
+#endif
+
+/* rows [0, n) of W (row stride `stride`, `len` codes each) dotted with each of nb code rows (u, `ustride`
+ * bytes apart), into acc (row b at acc + b * astride); `scratch`: nb * len int16 */
 static void dot_rows_u8s8(const int8_t *restrict W, int64_t stride, int64_t n, const uint8_t *restrict u,
-                          int64_t len, int32_t *restrict acc) {
+                          int64_t ustride, int64_t len, int64_t nb, int32_t *restrict acc, int64_t astride,
+                          int16_t *restrict scratch) {
     int64_t o = 0;
+#ifdef HAVE_MADD16
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t k = 0; k < len; k++) scratch[b * len + k] = u[b * ustride + k];
+    int32_t out[4];
+    for (; o + 4 <= n; o += 4)
+        for (int64_t b = 0; b < nb; b++) {
+            dot_madd_4(W + o * stride, stride, scratch + b * len, u + b * ustride, len, out);
+            for (int r = 0; r < 4; r++) acc[b * astride + o + r] = out[r];
+        }
+    for (; o < n; o++)
+        for (int64_t b = 0; b < nb; b++)
+            dot_madd_1(W + o * stride, stride, scratch + b * len, u + b * ustride, len, acc + b * astride + o);
+    return;
+#else
+    (void)scratch;
+#endif
     for (; o + 4 <= n; o += 4) {
         const int8_t *w0 = W + o * stride, *w1 = w0 + stride, *w2 = w1 + stride, *w3 = w2 + stride;
-        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (int64_t k = 0; k < len; k++) {
-            const int32_t v = u[k];
-            a0 += v * w0[k];
-            a1 += v * w1[k];
-            a2 += v * w2[k];
-            a3 += v * w3[k];
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *ub = u + b * ustride;
+            int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+            for (int64_t k = 0; k < len; k++) {
+                const int32_t v = ub[k];
+                a0 += v * w0[k];
+                a1 += v * w1[k];
+                a2 += v * w2[k];
+                a3 += v * w3[k];
+            }
+            int32_t *ab = acc + b * astride;
+            ab[o] = a0, ab[o + 1] = a1, ab[o + 2] = a2, ab[o + 3] = a3;
         }
-        acc[o] = a0, acc[o + 1] = a1, acc[o + 2] = a2, acc[o + 3] = a3;
     }
     for (; o < n; o++) {
         const int8_t *w0 = W + o * stride;
-        int32_t a0 = 0;
-        for (int64_t k = 0; k < len; k++) a0 += (int32_t)u[k] * w0[k];
-        acc[o] = a0;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *ub = u + b * ustride;
+            int32_t a0 = 0;
+            for (int64_t k = 0; k < len; k++) a0 += (int32_t)ub[k] * w0[k];
+            acc[b * astride + o] = a0;
+        }
     }
 }
 
@@ -212,13 +296,13 @@ static void dequantize(const int32_t *restrict acc, const int32_t *restrict cols
     for (int64_t o = 0; o < n; o++) y[o] = (float)(acc[o] - z * colsum[o]) * (s * wscale[o]);
 }
 
-static void dense_i8(op_t op, const float *restrict x, float *restrict y, uint8_t *restrict u, int32_t *acc) {
-    const int64_t n_in = op.w[1], n_out = op.w[2], in_pad = op.w[4];
-    float s;
-    int32_t z;
-    quantize_row(x, n_in, in_pad, u, &s, &z);
-    dot_rows_u8s8(PTR(op, 7, const int8_t *), in_pad, n_out, u, in_pad, acc);
-    dequantize(acc, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), s, z, n_out, y);
+static void dense_i8(op_t op, int64_t nb, const float *restrict x, float *restrict y, buffers_t *buf) {
+    const int64_t n_in = op.w[1], n_out = op.w[2], in_pad = op.w[4], ld = buf->fw;
+    for (int64_t b = 0; b < nb; b++) quantize_row(x + b * ld, n_in, in_pad, buf->u + b * buf->bw, buf->s + b, buf->z + b);
+    dot_rows_u8s8(PTR(op, 7, const int8_t *), in_pad, n_out, buf->u, buf->bw, in_pad, nb, buf->acc, ld, buf->u16);
+    for (int64_t b = 0; b < nb; b++)
+        dequantize(buf->acc + b * ld, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), buf->s[b], buf->z[b],
+                   n_out, y + b * ld);
 }
 
 #define COPY_BLOCKS(K)                                                                  \
@@ -242,26 +326,28 @@ static void gather_blocks(const uint8_t *restrict u, const int32_t *restrict col
     }
 }
 
-static void sparse_i8(op_t op, const float *restrict x, float *restrict y, uint8_t *restrict u,
-                      uint8_t *restrict g, int32_t *acc) {
+static void sparse_i8(op_t op, int64_t nb, const float *restrict x, float *restrict y, buffers_t *buf) {
     const int64_t n_in = op.w[1], n_out = op.w[2], R = op.w[4], K = op.w[5], n_rows = op.w[6];
+    const int64_t ld = buf->fw, bw = buf->bw;
     const int8_t *values = PTR(op, 7, const int8_t *);
     const int32_t *rowptr = PTR(op, 11, const int32_t *), *col = PTR(op, 12, const int32_t *);
-    float s;
-    int32_t z;
-    quantize_row(x, n_in, ((n_in + K - 1) / K) * K, u, &s, &z);
+    for (int64_t b = 0; b < nb; b++)
+        quantize_row(x + b * ld, n_in, ((n_in + K - 1) / K) * K, buf->u + b * bw, buf->s + b, buf->z + b);
     for (int64_t br = 0; br < n_rows; br++) {
         const int32_t p0 = rowptr[br], p1 = rowptr[br + 1];
         const int64_t len = (int64_t)(p1 - p0) * K, r0 = br * R;
         const int64_t rows = n_out - r0 < R ? n_out - r0 : R;
         if (len == 0) {
-            for (int64_t r = 0; r < rows; r++) acc[r0 + r] = 0;
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t r = 0; r < rows; r++) buf->acc[b * ld + r0 + r] = 0;
             continue;
         }
-        gather_blocks(u, col, p0, p1, K, g);
-        dot_rows_u8s8(values + (int64_t)p0 * R * K, len, rows, g, len, acc + r0);
+        for (int64_t b = 0; b < nb; b++) gather_blocks(buf->u + b * bw, col, p0, p1, K, buf->g + b * bw);
+        dot_rows_u8s8(values + (int64_t)p0 * R * K, len, rows, buf->g, bw, len, nb, buf->acc + r0, ld, buf->u16);
     }
-    dequantize(acc, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), s, z, n_out, y);
+    for (int64_t b = 0; b < nb; b++)
+        dequantize(buf->acc + b * ld, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), buf->s[b], buf->z[b],
+                   n_out, y + b * ld);
 }
 
 /* ---------------------------------------------------------------------------- block-circulant, by DFT */
@@ -279,9 +365,6 @@ static void sparse_i8(op_t op, const float *restrict x, float *restrict y, uint8
  *   [quad of chunks][component][chunk in quad], so that one vpdpbusd lane sums a component over 4 chunks:
  *   the stored codes are in the same order. */
 
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
-#define HAVE_VNNI512 1
-#endif
 #define I8_STEP 128 /* bytes of one int8 accumulator step: 32 int32 lanes, 4 codes each */
 
 /* acc[r][0..LANES): row r's int32 lane sums of W * Xq, acc[r][LANES..2 LANES) of W * Xsq */
@@ -309,6 +392,32 @@ static void sparse_i8(op_t op, const float *restrict x, float *restrict y, uint8
             _mm512_storeu_si512(acc[r] + 16 * k, a[r][k]);                                                \
             _mm512_storeu_si512(acc[r] + LANES + 16 * k, b[r][k]);                                        \
         }
+#elif defined(HAVE_MADD16)
+/* one 16-code slice c of every I8_STEP at a time (lanes 4c..4c+3: vpmaddwd sums codes 2j, 2j+1 of lane
+ * 4c + j / 2 in its int32 lane j), so that the 2 ROWS accumulators stay in registers */
+#define MAC_I8_BODY(ROWS)                                                                                 \
+    for (int c = 0; c < I8_STEP / 16; c++) {                                                              \
+        __m256i a[ROWS], b[ROWS];                                                                         \
+        for (int r = 0; r < ROWS; r++) a[r] = _mm256_setzero_si256(), b[r] = _mm256_setzero_si256();      \
+        for (int64_t t = c * 16; t < len; t += I8_STEP) {                                                 \
+            const __m256i xq = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(Xq + t)));         \
+            const __m256i xs = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(Xsq + t)));        \
+            for (int r = 0; r < ROWS; r++) {                                                              \
+                const __m256i w = load_w16(W + r * len + t);                                              \
+                a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(xq, w));                                  \
+                b[r] = _mm256_add_epi32(b[r], _mm256_madd_epi16(xs, w));                                  \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int r = 0; r < ROWS; r++) {                                                                  \
+            int32_t ea[8], eb[8];                                                                         \
+            _mm256_storeu_si256((__m256i *)ea, a[r]);                                                     \
+            _mm256_storeu_si256((__m256i *)eb, b[r]);                                                     \
+            for (int j = 0; j < 4; j++) {                                                                 \
+                acc[r][4 * c + j] = ea[2 * j] + ea[2 * j + 1];                                            \
+                acc[r][LANES + 4 * c + j] = eb[2 * j] + eb[2 * j + 1];                                    \
+            }                                                                                             \
+        }                                                                                                 \
+    }
 #else
 #define MAC_I8_BODY(ROWS)                                                                                 \
     for (int r = 0; r < ROWS; r++) {                                                                      \
@@ -437,55 +546,64 @@ DEFINE_MAC(mac_i16_1, int16_t, load_i16, 1)
     }                                                                                                     \
     DEFINE_CIRC_FLOAT(circ_f32_##B, B, float, mac_f32)                                                    \
     DEFINE_CIRC_FLOAT(circ_i16_##B, B, int16_t, mac_i16)                                                  \
-    static void circ_i8_##B(op_t op, const float *restrict x, float *restrict y, buffers_t *buf) {        \
+    static void circ_i8_##B(op_t op, int64_t nb, const float *restrict x, float *restrict y, buffers_t *buf) { \
         const int64_t n_in = op.w[1], p_pad = op.w[5], n_blocks_out = op.w[6], len = p_pad * B;           \
+        const int64_t ld = buf->fw, bw = buf->bw;                                                         \
         const int8_t *C = PTR(op, 7, const int8_t *);                                                     \
         const float *bias = PTR(op, 8, const float *), *scales = PTR(op, 9, const float *);               \
         const int32_t *colsum = PTR(op, 14, const int32_t *);                                             \
-        chunk_dfts_##B(x, n_in / B, p_pad, PTR(op, 10, const float *), PTR(op, 11, const float *), buf->X, \
-                       buf->Xs);                                                                          \
-        float s;                                                                                          \
-        int32_t z;                                                                                        \
-        quantize_row(buf->X, len, len, buf->u, &s, &z); /* Xs holds the same values and zeros */          \
-        interleave_##B(buf->u, p_pad, buf->g);                                                            \
-        quantize_with(buf->Xs, len, s, (float)z, buf->u);                                                 \
-        interleave_##B(buf->u, p_pad, buf->h);                                                            \
+        for (int64_t b = 0; b < nb; b++) { /* each row's DFTs as codes, in the stored order */            \
+            chunk_dfts_##B(x + b * ld, n_in / B, p_pad, PTR(op, 10, const float *),                        \
+                           PTR(op, 11, const float *), buf->X, buf->Xs);                                  \
+            quantize_row(buf->X, len, len, buf->u, buf->s + b, buf->z + b); /* Xs: the same values */     \
+            interleave_##B(buf->u, p_pad, buf->g + b * bw);                                               \
+            quantize_with(buf->Xs, len, buf->s[b], (float)buf->z[b], buf->u);                             \
+            interleave_##B(buf->u, p_pad, buf->h + b * bw);                                               \
+        }                                                                                                 \
         int32_t acc[4][2 * LANES];                                                                        \
         float A[2 * B];                                                                                   \
         for (int64_t i = 0; i < n_blocks_out;) {                                                          \
             const int rows = n_blocks_out - i >= 4 ? 4 : 1;                                               \
-            if (rows == 4)                                                                                \
-                mac_i8_4(C + i * len, len, buf->g, buf->h, acc);                                          \
-            else                                                                                          \
-                mac_i8_1(C + i * len, len, buf->g, buf->h, acc);                                          \
-            for (int r = 0; r < rows; r++, i++) {                                                         \
-                fold_i32_##B(acc[r], colsum + i * B, scales + i * B, s, z, A);                            \
-                block_output_##B(A, PTR(op, 12, const float *), PTR(op, 13, const float *),               \
-                                 bias ? bias + i * B : NULL, y + i * B);                                  \
+            for (int64_t b = 0; b < nb; b++) {                                                            \
+                if (rows == 4)                                                                            \
+                    mac_i8_4(C + i * len, len, buf->g + b * bw, buf->h + b * bw, acc);                    \
+                else                                                                                      \
+                    mac_i8_1(C + i * len, len, buf->g + b * bw, buf->h + b * bw, acc);                    \
+                for (int r = 0; r < rows; r++) {                                                          \
+                    fold_i32_##B(acc[r], colsum + (i + r) * B, scales + (i + r) * B, buf->s[b], buf->z[b], A); \
+                    block_output_##B(A, PTR(op, 12, const float *), PTR(op, 13, const float *),           \
+                                     bias ? bias + (i + r) * B : NULL, y + b * ld + (i + r) * B);         \
+                }                                                                                         \
             }                                                                                             \
+            i += rows;                                                                                    \
         }                                                                                                 \
     }
 
 #define DEFINE_CIRC_FLOAT(NAME, B, T, MAC)                                                                \
-    static void NAME(op_t op, const float *restrict x, float *restrict y, buffers_t *buf) {               \
+    static void NAME(op_t op, int64_t nb, const float *restrict x, float *restrict y, buffers_t *buf) {   \
         const int64_t n_in = op.w[1], p_pad = op.w[5], n_blocks_out = op.w[6], len = p_pad * B;           \
+        const int64_t ld = buf->fw;                                                                       \
         const T *C = PTR(op, 7, const T *);                                                               \
         const float *bias = PTR(op, 8, const float *), *scales = PTR(op, 9, const float *);               \
-        chunk_dfts_##B(x, n_in / B, p_pad, PTR(op, 10, const float *), PTR(op, 11, const float *), buf->X, \
-                       buf->Xs);                                                                          \
+        for (int64_t b = 0; b < nb; b++)                                                                  \
+            chunk_dfts_##B(x + b * ld, n_in / B, p_pad, PTR(op, 10, const float *),                        \
+                           PTR(op, 11, const float *), buf->X + b * ld, buf->Xs + b * ld);                \
         vfloat acc[4][2 * NV];                                                                            \
         float A[2 * B];                                                                                   \
         for (int64_t i = 0; i < n_blocks_out;) {                                                          \
             const int rows = n_blocks_out - i >= 4 ? 4 : 1;                                               \
-            if (rows == 4)                                                                                \
-                MAC##_4(C + i * len, len, buf->X, buf->Xs, acc);                                          \
-            else                                                                                          \
-                MAC##_1(C + i * len, len, buf->X, buf->Xs, acc);                                          \
-            for (int r = 0; r < rows; r++, i++) {                                                         \
-                fold_f32_##B(acc[r], scales ? scales + i * B : NULL, A);                                  \
-                block_output_##B(A, PTR(op, 12, const float *), PTR(op, 13, const float *),               \
-                                 bias ? bias + i * B : NULL, y + i * B);                                  \
+            for (int64_t b = 0; b < nb; b++) {                                                            \
+                if (rows == 4)                                                                            \
+                    MAC##_4(C + i * len, len, buf->X + b * ld, buf->Xs + b * ld, acc);                    \
+                else                                                                                      \
+                    MAC##_1(C + i * len, len, buf->X + b * ld, buf->Xs + b * ld, acc);                    \
+                for (int r = 0; r < rows; r++) {                                                          \
+                    fold_f32_##B(acc[r], scales ? scales + (i + r) * B : NULL, A);                        \
+                    block_output_##B(A, PTR(op, 12, const float *), PTR(op, 13, const float *),           \
+                                     bias ? bias + (i + r) * B : NULL, y + b * ld + (i + r) * B);         \
+                }                                                                                         \
             }                                                                                             \
+            i += rows;                                                                                    \
         }                                                                                                 \
     }
 
@@ -495,7 +613,7 @@ DEFINE_CIRCULANT(8)
 DEFINE_CIRCULANT(16)
 DEFINE_CIRCULANT(32)
 
-typedef void (*circ_fn)(op_t, const float *, float *, buffers_t *);
+typedef void (*circ_fn)(op_t, int64_t, const float *, float *, buffers_t *);
 
 /* the kernel of a CIRC_* op for its B (the Python side admits only these B) */
 static circ_fn circulant_kernel(int64_t kind, int64_t B) {
@@ -526,49 +644,53 @@ static void affine(op_t op, const float *restrict x, float *restrict y) {
     }
 }
 
-static void run_op(op_t op, const float *x, float *y, buffers_t *buf) {
-    const int64_t kind = op.w[0], n_out = op.w[2];
+/* one op on the nb rows of a tile, from buf->cur to buf->nxt */
+static void run_op(op_t op, int64_t nb, buffers_t *buf) {
+    const int64_t kind = op.w[0], n_out = op.w[2], ld = buf->fw;
+    const float *x = buf->cur;
+    float *y = buf->nxt;
     switch (kind) {
-    case DENSE_F32:
-        dense_f32(op, x, y);
-        add_bias(y, PTR(op, 8, const float *), n_out);
-        break;
-    case DENSE_I8:
-        dense_i8(op, x, y, buf->u, buf->acc);
-        add_bias(y, PTR(op, 8, const float *), n_out);
-        break;
-    case SPARSE_I8:
-        sparse_i8(op, x, y, buf->u, buf->g, buf->acc);
-        add_bias(y, PTR(op, 8, const float *), n_out);
-        break;
+    case DENSE_F32: dense_f32(op, nb, x, y, ld); break;
+    case DENSE_I8: dense_i8(op, nb, x, y, buf); break;
+    case SPARSE_I8: sparse_i8(op, nb, x, y, buf); break;
     case CIRC_F32:
     case CIRC_I8:
     case CIRC_I16: {
         circ_fn kernel = circulant_kernel(kind, op.w[4]);
-        if (kernel) kernel(op, x, y, buf);
+        if (kernel) kernel(op, nb, x, y, buf);
         break;
     }
-    case AFFINE: affine(op, x, y); break;
+    case AFFINE:
+        for (int64_t b = 0; b < nb; b++) affine(op, x + b * ld, y + b * ld);
+        break;
     }
-    activate(y, n_out, op.w[3]);
+    for (int64_t b = 0; b < nb; b++) {
+        if (kind == DENSE_F32 || kind == DENSE_I8 || kind == SPARSE_I8) add_bias(y + b * ld, PTR(op, 8, const float *), n_out);
+        activate(y + b * ld, n_out, op.w[3]);
+    }
 }
 
-/* one observation through every op; the input of a dense op is zero-padded to its row stride */
-static void run_row(const int64_t *program, const float *obs, float *out, buffers_t *buf) {
-    const int64_t n_ops = program[1], n_in = program[2], n_out = program[3], width = program[4];
-    memset(buf->cur, 0, width * sizeof(float));
-    memcpy(buf->cur, obs, n_in * sizeof(float));
+/* nb observations through every op, layer by layer; the input of a dense op is zero-padded to its row stride */
+static void run_tile(const int64_t *program, int64_t nb, const float *obs, float *out, buffers_t *buf) {
+    const int64_t n_ops = program[1], n_in = program[2], n_out = program[3], ld = buf->fw;
+    memset(buf->cur, 0, nb * ld * sizeof(float));
+    for (int64_t b = 0; b < nb; b++) memcpy(buf->cur + b * ld, obs + b * n_in, n_in * sizeof(float));
     for (int64_t i = 0; i < n_ops; i++) {
         op_t op = {program + HEADER_WORDS + i * OP_WORDS};
         const int64_t in = op.w[1], kind = op.w[0];
         if (kind == DENSE_F32 || kind == DENSE_I8)
-            for (int64_t k = in; k < op.w[4]; k++) buf->cur[k] = 0.0f;
-        run_op(op, buf->cur, buf->nxt, buf);
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t k = in; k < op.w[4]; k++) buf->cur[b * ld + k] = 0.0f;
+        run_op(op, nb, buf);
         float *t = buf->cur;
         buf->cur = buf->nxt, buf->nxt = t;
     }
-    memcpy(out, buf->cur, n_out * sizeof(float));
+    for (int64_t b = 0; b < nb; b++) memcpy(out + b * n_out, buf->cur + b * ld, n_out * sizeof(float));
 }
+
+/* rows per tile: a tile's activations (TILE rows of a 2048-wide layer: 512 KiB of floats, 128 KiB of codes)
+ * stay in L2 while each weight block is applied to all of them; a larger batch runs tile after tile */
+#define TILE 64
 
 static PyObject *forward(PyObject *self, PyObject *args) {
     unsigned long long program_ptr;
@@ -584,21 +706,28 @@ static PyObject *forward(PyObject *self, PyObject *args) {
                out.len < (Py_ssize_t)(batch * n_out * sizeof(float))) {
         PyErr_SetString(PyExc_ValueError, "observation or output buffer too small for the batch");
     } else {
-        /* 4 float buffers of `width`, an int32 one, 3 byte ones of `nbytes`; 64 bytes of slack each */
-        const size_t fbytes = (size_t)width * sizeof(float) + 64, bbytes = (size_t)nbytes + 64;
-        char *mem = malloc(5 * fbytes + 3 * bbytes);
+        /* per row: 4 float buffers and an int32 one of fw, 3 byte ones of bw (each padded to 64 bytes, with
+         * 64 bytes of slack after the last row); per tile: the rows' scales and zero points */
+        const int64_t rows = batch < TILE ? (batch > 0 ? batch : 1) : TILE;
+        const int64_t fw = (width + 15) / 16 * 16, bw = (nbytes + 63) / 64 * 64;
+        const size_t fbytes = (size_t)(rows * fw) * sizeof(float) + 64, bbytes = (size_t)(rows * bw) + 64;
+        const size_t sbytes = (size_t)rows * (sizeof(float) + sizeof(int32_t));
+        char *mem = malloc(5 * fbytes + 5 * bbytes + sbytes); /* 2 bbytes: int16 codes */
         if (mem == NULL) {
             PyErr_NoMemory();
         } else {
             buffers_t buf = {(float *)mem, (float *)(mem + fbytes), (float *)(mem + 2 * fbytes),
                              (float *)(mem + 3 * fbytes), (uint8_t *)(mem + 5 * fbytes),
                              (uint8_t *)(mem + 5 * fbytes + bbytes), (uint8_t *)(mem + 5 * fbytes + 2 * bbytes),
-                             (int32_t *)(mem + 4 * fbytes)};
+                             (int16_t *)(mem + 5 * fbytes + 3 * bbytes), (int32_t *)(mem + 4 * fbytes),
+                             (float *)(mem + 5 * fbytes + 5 * bbytes),
+                             (int32_t *)(mem + 5 * fbytes + 5 * bbytes + rows * sizeof(float)), fw, bw};
             const float *x = (const float *)obs.buf;
             float *y = (float *)out.buf;
-            Py_BEGIN_ALLOW_THREADS for (Py_ssize_t b = 0; b < batch; b++) {
-                buffers_t row = buf;
-                run_row(program, x + b * n_in, y + b * n_out, &row);
+            Py_BEGIN_ALLOW_THREADS for (Py_ssize_t b = 0; b < batch; b += TILE) {
+                buffers_t tile = buf;
+                const int64_t nb = batch - b < TILE ? batch - b : TILE;
+                run_tile(program, nb, x + b * n_in, y + b * n_out, &tile);
             }
             Py_END_ALLOW_THREADS free(mem);
             result = Py_None;
@@ -625,6 +754,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_policy_kernels",
-                                    "Compiled batch-1 kernels of rlq.deploy's compiled policies.", -1, methods};
+                                    "Compiled kernels of rlq.deploy's compiled policies, a batch per call.", -1, methods};
 
 PyMODINIT_FUNC PyInit__policy_kernels(void) { return PyModule_Create(&module); }

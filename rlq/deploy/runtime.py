@@ -11,7 +11,9 @@ Which kernel a layer gets (:func:`plan_layer`):
 - at ``precision="fp32"``, every other layer runs as a float32 matrix (:class:`rlq.deploy.formats.DenseF32`).
 
 The compiled module ``rlq/deploy/_policy_kernels.c`` (built by ``setup.py`` where a C compiler is present,
-with ``-march=native``) runs every op of one observation in one call. Without it, or with
+with ``-march=native``) runs every op of a whole batch in one call, layer by layer on tiles of up to 64
+rows: each block of weights is read from memory once per tile and applied to all its rows (which saves most
+where the weights do not fit in cache), and each row's result is bit for bit what it is alone. Without it, or with
 ``RLQ_DEPLOY_KERNELS=0``, the same ops run in NumPy: the dense and block-sparse int8 ops give the same
 integer sums and agree to float32 rounding, the float frequency-domain ops to
 :data:`rlq.deploy.bounds.FP32_RTOL`, and the int8 frequency-domain op, whose input DFTs may round to the
@@ -241,7 +243,7 @@ def compile_policy(
     max_sparse_density: float = MAX_SPARSE_DENSITY,
     use_kernels: bool | None = None,
 ) -> CompiledPolicy:
-    """Return a :class:`CompiledPolicy` that computes ``policy``'s actions with batch-1 CPU kernels.
+    """Return a :class:`CompiledPolicy` that computes ``policy``'s actions with compiled CPU kernels.
 
     ``policy``: an ``nn.Sequential`` (nested ones included) of ``nn.Linear`` (plain, pruned, or rlq
     block-circulant), ``nn.ReLU``, ``nn.Tanh``, ``nn.Flatten`` and ``nn.Identity``; or a Stable-Baselines3
