@@ -116,3 +116,57 @@ def test_the_notebook_rule_catches_what_it_is_for():
     assert not definition_problems(
         notebook_definitions([{"cell_type": "code", "source": ["def train_one(seed):\n    return seed\n"]}])
     )
+
+
+def rebound_parameters(cells: list[dict], parameters: set[str]) -> list[str]:
+    """Return the parameters a code cell binds anew (assignment, loop, ``with ... as``, import, comprehension
+    aside) after the cells that set them: the parameters cell, the presets cell and ``apply_preset``'s."""
+    import ast
+
+    found = []
+    for cell in cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or {"parameters", "presets"} & set(tags) or "apply_preset(" in source:
+            continue
+        tree = ast.parse(source)
+        comprehension_names = {
+            n.id for c in ast.walk(tree) if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
+            if isinstance(n, ast.Name)
+        }  # fmt: skip
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in parameters:
+                if node.id not in comprehension_names:  # a comprehension's name is its own scope
+                    found.append(f"{node.id} (line {node.lineno})")
+            elif isinstance(node, ast.alias) and (node.asname or node.name) in parameters:
+                found.append(f"{node.asname or node.name} (import)")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_no_cell_rebinds_a_parameter(path):
+    """A parameter rebound in a later cell (``for preset in ...``) reads, in JupyterLab, as a knob the user
+    changed: the next ``run_dir()`` starts a new run folder and the results land apart from their runs."""
+    from rlq.experiments.registry import load_experiment
+
+    experiment = load_experiment(path)
+    found = rebound_parameters(json.loads(path.read_text())["cells"], set(experiment.parameters))
+    assert not found, f"{path.name} rebinds parameters {found} after its parameters cell; use another name"
+
+
+def test_the_rebinding_rule_catches_what_it_is_for():
+    cells = [
+        {
+            "cell_type": "code",
+            "metadata": {"tags": ["parameters"]},
+            "source": ["preset = 'quick'\nseeds = [0]\n"],
+        },
+        {"cell_type": "code", "metadata": {}, "source": ["for preset in ('a', 'b'):\n    pass\n"]},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "source": ["rows = [seeds for seeds in range(3)]\nx = seeds\n"],
+        },
+        {"cell_type": "code", "metadata": {}, "source": ["with open('f') as seeds:\n    pass\n"]},
+    ]
+    assert rebound_parameters(cells, {"preset", "seeds"}) == ["preset (line 1)", "seeds (line 1)"]

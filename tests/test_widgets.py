@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from rlq.experiments.constraints import ConstraintError, check_value, parse_constraint
+from rlq.experiments.run_folders import short_path
 from rlq.experiments.tuner_space import SETTING_RANGES
 from rlq.faces.tuner_figures import CURRENT, PLOTLY_MIME, explored_traces, training_figure
-from rlq.faces.tuner_training import short_path
 from rlq.faces.widgets import SparsityTuner, TunerSettings, compress_policy
 from rlq.rl.agents import train_agent
 

@@ -89,6 +89,16 @@ class ParametersChanged(ValueError):
         return [f"{type(self).__name__}: {self}"]
 
 
+def short_path(path: str | Path) -> str:
+    """Return ``path`` relative to the current directory when that is shorter (a notebook prints its run
+    folder so, not as a machine path), else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        relative = os.path.relpath(path)
+        return relative if len(relative) < len(str(path)) else str(path)
+
+
 def run_dir() -> Path:
     """Return this process's run folder: the runner's ``RLQ_RUN_DIR``, or a new ``runs/interactive/...`` one.
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlq.experiments.run_folders import new_run_dir, utc_stamp, write_json
+from rlq.experiments.run_folders import new_run_dir, short_path, utc_stamp, write_json
 from rlq.experiments.tuner_space import TunerSettings
 from rlq.rl.episodes import finished_episodes
 from rlq.rl.evaluate import evaluate
@@ -79,15 +78,6 @@ def training_label(settings: TunerSettings) -> str:
     if settings.method == "block_circulant":
         return f"block-circulant B={settings.block_size}{layers}, fp32"
     return f"GST B={settings.block_size}, s={settings.sparsity:.2f}, S_shift {settings.s_shift:.2f}{layers}, fp32"
-
-
-def short_path(path: Path) -> str:
-    """Return ``path`` relative to the current directory when it lies below it, else as it is."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        relative = os.path.relpath(path)
-        return relative if len(relative) < len(str(path)) else str(path)
 
 
 def train_with_settings(tuner: SparsityTuner, steps: int) -> Path:
