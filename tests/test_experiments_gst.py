@@ -142,7 +142,63 @@ def test_controller_decisions_count_pruning_updates_of_gst_runs_only():
         }
     )
     assert controller_decisions(history) == {"rise": 1, "backoff": 1}
-    assert len(compression_figures.gst_schedule_figure(history, ["seed"]).data) == 4
+    fig = compression_figures.gst_schedule_figure(history, ["seed"])
+    assert len(fig.data) == 4
+    target = next(trace for trace in fig.data if trace.name == "target sparsity")
+    assert list(target.x) == [10, 15, 20]  # from the first pruning update: no target before it, not a 0
+    assert list(target.y) == [0.05, 0.05, 0.0]
+    (phase,) = fig.layout.shapes  # the block-circulant phase, shaded up to that update
+    assert (phase.x0, phase.x1) == (0, 10)
+
+
+def test_gst_schedule_figure_has_no_target_line_without_a_pruning_update():
+    history = pd.DataFrame(
+        {"method": "gst", "event": ["block_circulant", "log"], "decision": "none", "step": [0, 50], "seed": 0,
+         "compression_ratio": 0.7, "target_sparsity": 0.0, "mean_reward": [None, 1.0]}
+    )  # fmt: skip
+    fig = compression_figures.gst_schedule_figure(history, ["seed"])
+    target = next(trace for trace in fig.data if trace.name == "target sparsity")
+    assert len(target.x) == 0
+    assert (fig.layout.shapes[0].x0, fig.layout.shapes[0].x1) == (0, 50)
+
+
+def test_return_figures_draw_negative_returns_as_dots_and_no_bar_from_zero():
+    means = pd.DataFrame(
+        {"avg_compression_ratio": [0.0, 0.5, 0.8, 0.0, 0.5, 0.8],
+         "eval_return": [1500.0, 700.0, 800.0, -150.0, -760.0, -730.0]},
+        index=pd.MultiIndex.from_product([["HalfCheetah-v5", "Pendulum-v1"], ["dense", "pruning", "gst"]]),
+    )  # fmt: skip
+    gap = compression_figures.gst_gap_figure(means, paper_gap_pp=(25.0, 41.5))
+    bars = [trace for trace in gap.data if trace.type == "bar"]
+    assert bars and all(trace.xaxis == "x" for trace in bars)  # bars only for compression, a ratio from 0
+    returns = [trace for trace in gap.data if trace.xaxis == "x2" and trace.mode == "markers"]
+    assert sorted(y for trace in returns for y in trace.y) == sorted(means["eval_return"])
+    dense = [trace for trace in gap.data if trace.name == "dense return (paper: no drop)"]
+    # dense's return spans its own task's methods only (tasks have their own scales)
+    assert [(list(t.y), [x.split("<br>")[0] for x in t.x]) for t in dense] == [
+        ([1500.0] * 3, ["HalfCheetah-v5"] * 3), ([-150.0] * 3, ["Pendulum-v1"] * 3)
+    ]  # fmt: skip
+    pendulum = means.loc["Pendulum-v1"]
+    score = compression_figures.method_bars_figure(pendulum, score="eval_return", score_title="return")
+    (bar,) = [trace for trace in score.data if trace.type == "bar"]
+    assert list(bar.y) == list(pendulum["avg_compression_ratio"])
+    (dots,) = [trace for trace in score.data if trace.type == "scatter"]
+    assert dots.mode == "markers" and list(dots.y) == list(pendulum["eval_return"])
+
+
+def test_replay_figure_puts_rule_labels_side_by_side_and_starts_at_the_first_update():
+    replays = pd.DataFrame(
+        {"step": [0, 80, 100, 0, 80, 100] * 2, "decision": ["none", "warmup", "rise"] * 4,
+         "target": [0.0, 0.0, 0.05, 0.0, 0.8, 0.85] * 2, "seed": [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1],
+         "rule": (["earlier rule"] * 3 + ["episodes rule"] * 3) * 2}
+    )  # fmt: skip
+    fig = compression_figures.replay_figure(replays, "replayed")
+    labels = sorted(fig.layout.annotations, key=lambda a: a.x)
+    assert [a.text for a in labels] == ["earlier rule", "episodes rule"]
+    assert all(a.textangle in (None, 0) for a in labels) and labels[0].y == labels[1].y
+    # horizontal labels centred on their panels, each narrower than half the figure's 700 px: they cannot touch
+    assert (labels[1].x - labels[0].x) * 700 > max(len(a.text) for a in labels) * 12
+    assert {trace.x[0] for trace in fig.data} == {80}  # no target before the first update
 
 
 def test_sweep_numbers_name_every_configuration_and_the_best():

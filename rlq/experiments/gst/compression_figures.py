@@ -93,7 +93,7 @@ def training_return_figure(
 def method_bars_figure(
     means: pd.DataFrame, *, score: str, score_title: str, paper_average: float | None = None
 ) -> go.Figure:
-    """Return each method's average compression (beside the paper's for GST) and its ``score``, as bars.
+    """Return each method's average compression (beside the paper's for GST) as bars and its ``score`` as dots.
 
     ``means`` is :func:`rlq.experiments.gst.method_means`'s table, one row per method.
     """
@@ -106,8 +106,15 @@ def method_bars_figure(
     )
     if paper_average is not None:
         fig.add_bar(x=["gst (paper)"], y=[paper_average], name="paper", marker_color="grey", row=1, col=1)
-    fig.add_bar(
-        x=means.index, y=means[score], name=score, marker_color=colors, showlegend=False, row=1, col=2
+    fig.add_scatter(  # a return can be negative: a dot, not a bar from 0
+        x=means.index,
+        y=means[score],
+        name=score,
+        mode="markers",
+        marker=dict(color=colors, size=12),
+        showlegend=False,
+        row=1,
+        col=2,
     )
     fig.update_layout(template=TEMPLATE, height=420)
     return fig
@@ -120,7 +127,7 @@ def gst_gap_figure(
     paper_best: float | None = None,
     paper_best_task: str = "Humanoid",
 ) -> go.Figure:
-    """Return per task and method the average compression and the evaluation return, with the paper's gap over pruning.
+    """Return per task and method the average compression (bars) and evaluation return (dots), with the paper's gap.
 
     ``means`` is :func:`rlq.experiments.gst.method_means` by ``("env_id", "method")``. On GST's bar, the paper's
     gap over iterative pruning (``paper_gap_pp``, in %p) is drawn on top of our pruning run's average;
@@ -141,7 +148,16 @@ def gst_gap_figure(
             fig.add_bar(
                 x=x, y=[rows.loc[method, "avg_compression_ratio"]], showlegend=first, row=1, col=1, **style
             )
-            fig.add_bar(x=x, y=[rows.loc[method, "eval_return"]], showlegend=False, row=1, col=2, **style)
+            fig.add_scatter(  # a return can be negative: a dot, not a bar from 0
+                x=x,
+                y=[rows.loc[method, "eval_return"]],
+                mode="markers",
+                marker_size=12,
+                showlegend=False,
+                row=1,
+                col=2,
+                **style,
+            )
         if {"gst", "pruning"} <= set(rows.index):
             base = rows.loc["pruning", "avg_compression_ratio"]
             fig.add_scatter(
@@ -155,14 +171,17 @@ def gst_gap_figure(
                 row=1,
                 col=1,
             )
-        if "dense" in rows.index:
-            fig.add_hline(
-                y=rows.loc["dense", "eval_return"],
-                line_dash="dot",
+        if "dense" in rows.index:  # across this task's methods only: tasks have their own return scales
+            fig.add_scatter(
+                x=[f"{env_id}<br>{method}" for method in rows.index],
+                y=[rows.loc["dense", "eval_return"]] * len(rows),
+                mode="lines",
+                line=dict(dash="dot", color="black"),
+                name="dense return (paper: no drop)",
+                legendgroup="dense return",
+                showlegend=first,
                 row=1,
                 col=2,
-                annotation_text="dense (paper: no drop)",
-                annotation_position="bottom left",
             )
     if paper_best is not None and any(paper_best_task in env_id for env_id in env_ids):
         fig.add_hline(
@@ -185,17 +204,26 @@ def gst_schedule_figure(
     """Return one GST run's target sparsity, compression ratio and windowed reward over training.
 
     The run is the first GST run of ``history`` (its ``group_keys`` values name it); crosses mark pruning
-    updates where the reward had dropped (a back-off, then a pause).
+    updates where the reward had dropped (a back-off, then a pause). The target exists from the first
+    pruning update on: before it, the shaded block-circulant phase has none.
     """
     from rlq.experiments.gst.tables import gst_rows
 
     gst = gst_rows(history)
     key = gst[list(group_keys)].iloc[0].tolist() if len(gst) else None
     one = gst[(gst[list(group_keys)] == key).all(axis=1)] if key else gst
+    sets_target = {"prune", "hold", "hand_over"}  # GSTCallback's events that set or keep a target
+    updates = one["event"].astype(str).str.split("+").map(lambda kinds: bool(sets_target & set(kinds)))
+    first_update = one.loc[updates, "step"].min() if updates.any() else None
+    targeted = one.iloc[:0] if first_update is None else one[one["step"] >= first_update]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_scatter(x=one["step"], y=one["compression_ratio"], name="compression ratio", line_shape="hv")
     fig.add_scatter(
-        x=one["step"], y=one["target_sparsity"], name="target sparsity", line_shape="hv", line_dash="dash"
+        x=targeted["step"],
+        y=targeted["target_sparsity"],
+        name="target sparsity",
+        line_shape="hv",
+        line_dash="dash",
     )
     fig.add_scatter(
         x=one["step"],
@@ -212,15 +240,45 @@ def gst_schedule_figure(
         name="back-off / pause",
         marker=dict(size=9, symbol="x"),
     )
+    if len(one):  # after the traces: a shape goes only on subplots that hold one
+        fig.add_vrect(
+            x0=one["step"].min(),
+            x1=one["step"].max() if first_update is None else first_update,
+            fillcolor="grey",
+            opacity=0.12,
+            line_width=0,
+            annotation_text="block-circulant, no target yet",
+            annotation_position="top left",
+        )
     label = ", ".join(f"{k} {v}" for k, v in zip(group_keys, key or [], strict=False))
     fig.update_layout(
         title=f"GST schedule and reward over training ({label})",
         template=TEMPLATE,
         xaxis_title="environment steps",
     )
-    fig.update_yaxes(title_text="ratio", secondary_y=False)
+    fig.update_yaxes(title_text="ratio", range=[0, 1.02], secondary_y=False)  # compression is a fraction
     fig.update_yaxes(title_text=reward_title, secondary_y=True)
     return fig
+
+
+def replay_figure(replays: pd.DataFrame, title: str) -> go.Figure:
+    """Return the target of each replayed run over training, one panel per rule, from its first pruning update.
+
+    ``replays`` holds :func:`rlq.compress.gst.replay_decisions`'s rows with ``rule`` and ``seed`` columns; the
+    block-circulant start (decision ``none``) has no target and is left out.
+    """
+    fig = px.line(
+        replays[replays["decision"] != "none"],
+        x="step",
+        y="target",
+        color="seed",
+        facet_col="rule",  # side by side: the rule names read horizontally above their panels
+        line_shape="hv",
+        title=title,
+        labels={"target": "target", "step": "environment steps"},
+        template=TEMPLATE,
+    )
+    return fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
 
 
 REWARD_TRACE = [10.0 + i for i in range(15)] + [8.0] * 8 + [26.0 + i for i in range(12)]
