@@ -47,6 +47,7 @@ from torch import nn
 
 from rlq.compress import block_circulant_
 from rlq.compress.masks import prune_with_mask_
+from rlq.core.cpu import cpu_model
 from rlq.deploy import compile_policy, kernels_available
 from rlq.quant import OnnxPolicy, export_onnx
 
@@ -307,15 +308,6 @@ def print_batch_targets(ratios: dict[str, dict[str, dict[int, float]]]) -> None:
             print(
                 f"  {group} {name} batch {batch}: {ratio:.2f}x, target >= {least}x {'met' if ratio >= least else 'missed'}"
             )
-
-
-def cpu_model() -> str:
-    """Return the CPU's model name from /proc/cpuinfo ("unknown" where there is none)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "unknown"
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
 
 
 def uptime() -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from rlq.core.cpu import cpu_model
 
 pytestmark = pytest.mark.slow
 
@@ -27,15 +28,6 @@ COMPARED = [
     "gst_classification",
 ]  # fmt: skip
 """Notebooks whose cells now train (or build what they time) themselves, GST's, QuaRL's and the ones beside them."""
-
-
-def cpu_model() -> str:
-    """Return this machine's CPU model, as /proc/cpuinfo names it ("" where there is none)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
 
 
 def numbers(results: dict, timing: str, prefix: str = "") -> dict[str, object]:

@@ -1,4 +1,5 @@
-"""Facts about this CPU that change how int8 inference must be set up (no torch, no ONNX imported)."""
+"""Facts about this CPU: its model name, and what changes how int8 inference must be set up (no torch, no
+ONNX imported)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,12 @@ def int8_needs_reduced_range() -> bool:
     except OSError:
         return True
     return not any(flag in flags.split() for flag in ("avx512_vnni", "avx_vnni"))
+
+
+def cpu_model() -> str:
+    """Return the CPU's model name from /proc/cpuinfo ("unknown" where there is none)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
