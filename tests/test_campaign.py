@@ -131,6 +131,21 @@ def test_each_job_trains_under_the_registered_commit_in_its_own_worktree(checkou
     assert outcomes["fast"].outcome == "holds"  # 80-82 against 60, 5 seeds
 
 
+def test_a_jobs_kernel_imports_the_registered_rlq_not_the_editable_install(tmp_path):
+    tree = tmp_path / "code-registered"
+    (tree / "rlq").mkdir(parents=True)
+    (tree / "rlq" / "__init__.py").write_text("REGISTERED = True\n")
+    kernel_cwd = tmp_path / "run-folder"  # a notebook kernel runs in its run folder, not in the worktree
+    kernel_cwd.mkdir()
+    env = cp.job_environment(tree)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tree)
+    probe = "import rlq; print(rlq.__file__, getattr(rlq, 'REGISTERED', False))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=kernel_cwd, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == [str(tree / "rlq" / "__init__.py"), "True"]
+
+
 @pytest.mark.slow
 def test_a_kill_mid_job_keeps_the_published_jobs_and_nothing_of_the_one_in_flight(checkout):
     root = checkout()

@@ -124,6 +124,16 @@ def running_elsewhere(root: Path, job: Job) -> bool:
     return run is not None and run_state(run, read_json(run / RESULTS_FILE)) == "running"
 
 
+def job_environment(tree: Path) -> dict[str, str]:
+    """Return the environment a job runs in: the registered worktree first on ``PYTHONPATH``, so that the
+    notebook's kernel (whose working directory is the run folder) imports the registered ``rlq`` and not the
+    editable install of the checkout that runs the campaign."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RLQ_HOME", "RLQ_NOTEBOOKS", "PYTHONPATH")}
+    inherited = os.environ.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *([inherited] if inherited else [])])
+    return env
+
+
 def launch(job: Job, root: Path, tree: Path, commit: str, address: str = "") -> subprocess.Popen:
     """Start ``job`` under the registered worktree (resuming its unfinished run folder if it has one)."""
     folder = job_dir(root, job)
@@ -136,7 +146,7 @@ def launch(job: Job, root: Path, tree: Path, commit: str, address: str = "") -> 
     write_json(
         folder / JOB_FILE, {**asdict(job), "commit": commit, "started": time.time(), "command": command}
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("RLQ_HOME", "RLQ_NOTEBOOKS")}
+    env = job_environment(tree)
     log_file = open(folder / "job.log", "a")  # noqa: SIM115 - the child process writes it
     return subprocess.Popen(command, cwd=tree, env=env, stdout=log_file, stderr=subprocess.STDOUT)
 
