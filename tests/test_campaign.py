@@ -229,6 +229,19 @@ def test_a_job_cut_off_resumes_its_run_folder(checkout):
     assert 1000 in set(published(root).seed)
 
 
+def test_a_running_jobs_progress_is_its_newest_training_event(checkout):
+    root = checkout()
+    job, _, run = first_job_run(root, "run-live", {"status": "running"}, {})
+    assert cp.job_progress(root, job) == ""  # no event yet
+    events = [
+        {"event": "train", "steps": 1000, "total": 150000, "sps": 50.0},
+        {"event": "eval", "steps": 2000},
+        {"event": "train", "steps": 53186, "total": 150000, "sps": 19.6},
+    ]
+    (run / "progress.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"event": "tr')
+    assert cp.job_progress(root, job) == "53,186 of 150,000 steps, 20 steps/s"
+
+
 def test_the_real_design_status_lists_every_claim(capsys):
     from rlq.faces.cli import main
 

@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
+from rlq.core.progress import PROGRESS_FILE, ProgressReader
 from rlq.experiments.campaign_jobs import Job, job_overrides, registered_jobs
 from rlq.experiments.claim_design import SPEC_FILE, RegisteredClaim, judge, judge_joint, read_design
 from rlq.experiments.paths import data_dir, repo_root
@@ -132,6 +133,19 @@ def job_environment(tree: Path) -> dict[str, str]:
     inherited = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *([inherited] if inherited else [])])
     return env
+
+
+def job_progress(root: Path, job: Job) -> str:
+    """Return where a running job's training stands, from its run folder's progress events ("" before any)."""
+    run = run_folder(job_dir(root, job))
+    events = ProgressReader(run / PROGRESS_FILE, from_end=False).read() if run is not None else []
+    trained = [e for e in events if e.get("event") == "train" and e.get("total")]
+    if not trained:
+        return ""
+    last = trained[-1]
+    return (
+        f"{int(last['steps']):,} of {int(last['total']):,} steps, {float(last.get('sps', 0.0)):.0f} steps/s"
+    )
 
 
 def launch(job: Job, root: Path, tree: Path, commit: str, address: str = "") -> subprocess.Popen:

@@ -7,9 +7,17 @@ from typing import Any
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from rlq.experiments.campaign import campaign_state, claim_outcomes, expected_minutes
+    from rlq.experiments.campaign import (
+        campaign_state,
+        claim_outcomes,
+        expected_minutes,
+        job_progress,
+        running_elsewhere,
+    )
+    from rlq.experiments.paths import repo_root
 
     state = campaign_state()
+    root = repo_root()
     outcomes = claim_outcomes(state)
     for claim in state.claims:
         outcome = outcomes[claim.id]
@@ -20,7 +28,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(
         f"{len(state.jobs) - len(remaining)} of {len(state.jobs)} jobs published; {hours:.1f} core-hours left"
     )
-    for job in remaining[: args.next]:
+    running = [job for job in remaining if running_elsewhere(root, job)]
+    for job in running:
+        print(
+            f"running: {job.experiment}/{job.published_as} {job.name} ({job_progress(root, job) or 'starting'})"
+        )
+    for job in [job for job in remaining if job not in running][: args.next]:
         print(f"next: {job.experiment}/{job.published_as} {job.name} (about {expected_minutes(job):.0f} min)")
     return 0
 
