@@ -22,7 +22,7 @@ MAX_RLQ_FRAMES = 2
 """How many rlq frames may stand between a notebook cell and ``model.learn``."""
 OWN_LOOP = [
     "gst_td3_mujoco", "gst_a2c_atari", "gst_sweep", "gst_ppo_football", "quarl_qat", "quarl_ptq", "baseline_rl",
-    "combo_sparse_quant",
+    "combo_sparse_quant", "gst_block_deploy",
 ]  # fmt: skip
 """The notebooks whose per-run function, defined in a cell, trains with ``model.learn``."""
 OWN_ACTORQ_LOOP = ["quarl_actorq"]

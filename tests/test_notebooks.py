@@ -49,6 +49,15 @@ HEADLINE_KEYS: dict[str, list[str]] = {
         "c_int8_vs_ort_int8_latency",
         "timesteps",
     ],
+    # one seed at quick: each interval is its one run's return, and the return change is defined
+    "gst_block_deploy": [
+        "per_method",
+        "return_change_block_vs_gst_pct",
+        "max_compiled_vs_dense_int8",
+        "max_compiled_vs_torch",
+        "timesteps",
+        "seeds",
+    ],
     "baseline_rl": [
         "final_mean_return",
         "final_std_return",
@@ -285,6 +294,16 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
         assert results["max_action_diff_c_fp32"] < 1e-5 * 2.0  # Pendulum's actions are in [-2, 2]
         assert results["c_int8_weight_bytes"] < results["c_fp32_weight_bytes"] < results["dense_fp32_bytes"]
         for table in ("sizes", "parity", "evaluation", "latency"):
+            assert (run_dir / f"{table}.csv").exists(), table
+    # the block-pruned actor compiles block-sparse and computes what dense int8 does on the same weights
+    if name == "gst_block_deploy":
+        assert results["exploratory"] is True and set(results["per_method"]) == {"gst", "gst_block"}
+        assert results["max_compiled_vs_dense_int8"] <= 1e-5 * 2.0  # Pendulum's actions are in [-2, 2]
+        block_rows = [
+            row for row in (run_dir / "parity.csv").read_text().splitlines() if row.startswith("gst_block,")
+        ]
+        assert block_rows and all("sparse_int8 16x4" in row for row in block_rows), block_rows
+        for table in ("summary", "parity", "latency", "flash", "targets"):
             assert (run_dir / f"{table}.csv").exists(), table
     if name == "baseline_rl":
         # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
