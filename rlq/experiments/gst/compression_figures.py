@@ -22,9 +22,6 @@ def method_color(method: str) -> str:
     return METHOD_COLORS.get(method) or VARIANT_COLORS[sum(map(ord, str(method))) % len(VARIANT_COLORS)]
 
 
-"""One color per compression method, in every GST figure."""
-
-
 def compression_figure(
     history: pd.DataFrame,
     *,
@@ -261,26 +258,6 @@ def gst_schedule_figure(
     return fig
 
 
-def replay_figure(replays: pd.DataFrame, title: str) -> go.Figure:
-    """Return the target of each replayed run over training, one panel per rule, from its first pruning update.
-
-    ``replays`` holds :func:`rlq.compress.gst.replay_decisions`'s rows with ``rule`` and ``seed`` columns; the
-    block-circulant start (decision ``none``) has no target and is left out.
-    """
-    fig = px.line(
-        replays[replays["decision"] != "none"],
-        x="step",
-        y="target",
-        color="seed",
-        facet_col="rule",  # side by side: the rule names read horizontally above their panels
-        line_shape="hv",
-        title=title,
-        labels={"target": "target", "step": "environment steps"},
-        template=TEMPLATE,
-    )
-    return fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
-
-
 REWARD_TRACE = [10.0 + i for i in range(15)] + [8.0] * 8 + [26.0 + i for i in range(12)]
 """A scripted stream of episode returns: rising for 15 episodes, dropped for 8, then back above its best for 12."""
 
@@ -345,15 +322,4 @@ def sweep_compression_figure(history: pd.DataFrame) -> go.Figure:
         template=TEMPLATE,
         title="Compression ratio over training",
         labels={"step": "environment steps"},
-    )
-
-
-def transition_shift_figure(shifts: pd.Series) -> go.Figure:
-    """Return the mean relative weight shift at the block-size transition, per transition method."""
-    return px.bar(
-        shifts.reset_index(),
-        x="transition",
-        y="mean_shift",
-        template=TEMPLATE,
-        title="Mean relative weight shift at the B = 4 to B = 2 transition",
     )
