@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import plotly.express as px
 import pytest
+from plotly.subplots import make_subplots
 
 from conftest import run_notebook_cell
 from rlq.compress import GSTConfig
@@ -171,7 +172,17 @@ def test_return_figures_draw_negative_returns_as_dots_and_no_bar_from_zero():
          "eval_return": [1500.0, 700.0, 800.0, -150.0, -760.0, -730.0]},
         index=pd.MultiIndex.from_product([["HalfCheetah-v5", "Pendulum-v1"], ["dense", "pruning", "gst"]]),
     )  # fmt: skip
-    gap = compression_figures.gst_gap_figure(means, paper_gap_pp=(25.0, 41.5))
+    gap = run_notebook_cell(
+        "gst_td3_mujoco",
+        "# per task and method: average compression",
+        means=means,
+        gain_min=25.0,
+        gain_max=41.5,
+        humanoid_best=None,
+        compression_figures=compression_figures,
+        make_subplots=make_subplots,
+        TEMPLATE=TEMPLATE,
+    )["fig"]
     bars = [trace for trace in gap.data if trace.type == "bar"]
     assert bars and all(trace.xaxis == "x" for trace in bars)  # bars only for compression, a ratio from 0
     returns = [trace for trace in gap.data if trace.xaxis == "x2" and trace.mode == "markers"]
