@@ -45,6 +45,33 @@ def write_tiny_notebook(folder: Path, name: str = "tiny", requires: dict[str, st
     return path
 
 
+def run_notebook_cell(notebook: str, starts_with: str, **names) -> dict:
+    """Run the one code cell of ``notebooks/<notebook>.ipynb`` whose source starts with ``starts_with``.
+
+    The cell sees only ``names`` (the tables it draws from and the modules the notebook imported for it); its
+    namespace is returned, its last expression under ``"_"``.
+    """
+    import ast
+    import json
+
+    cells = json.loads((REPO / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+    (source,) = [
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "code" and "".join(c["source"]).startswith(starts_with)
+    ]
+    tree = ast.parse(source)
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body[-1]
+        tree.body[-1] = ast.copy_location(
+            ast.Assign(targets=[ast.Name("_", ast.Store())], value=last.value), last
+        )
+    ast.fix_missing_locations(tree)
+    namespace = {"display": lambda *a, **k: None, **names}
+    exec(compile(tree, f"<notebook {notebook}>", "exec"), namespace)
+    return namespace
+
+
 @pytest.fixture
 def tiny_notebooks(tmp_path, monkeypatch) -> Path:
     """Return a notebooks folder holding only the tiny experiment, made the registry's folder."""

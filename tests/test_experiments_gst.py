@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import plotly.express as px
 import pytest
+from plotly.subplots import make_subplots
 
+from conftest import run_notebook_cell
 from rlq.compress import GSTConfig
 from rlq.experiments.gst import (
     compare_methods,
@@ -16,6 +19,7 @@ from rlq.experiments.gst import (
     sweep_table,
 )
 from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
+from rlq.experiments.shared_figures import TEMPLATE
 from rlq.sb3.gst_settings import arm_settings, compression_settings
 
 KNOBS = dict(
@@ -168,7 +172,17 @@ def test_return_figures_draw_negative_returns_as_dots_and_no_bar_from_zero():
          "eval_return": [1500.0, 700.0, 800.0, -150.0, -760.0, -730.0]},
         index=pd.MultiIndex.from_product([["HalfCheetah-v5", "Pendulum-v1"], ["dense", "pruning", "gst"]]),
     )  # fmt: skip
-    gap = compression_figures.gst_gap_figure(means, paper_gap_pp=(25.0, 41.5))
+    gap = run_notebook_cell(
+        "gst_td3_mujoco",
+        "# per task and method: average compression",
+        means=means,
+        gain_min=25.0,
+        gain_max=41.5,
+        humanoid_best=None,
+        compression_figures=compression_figures,
+        make_subplots=make_subplots,
+        TEMPLATE=TEMPLATE,
+    )["fig"]
     bars = [trace for trace in gap.data if trace.type == "bar"]
     assert bars and all(trace.xaxis == "x" for trace in bars)  # bars only for compression, a ratio from 0
     returns = [trace for trace in gap.data if trace.xaxis == "x2" and trace.mode == "markers"]
@@ -186,13 +200,16 @@ def test_return_figures_draw_negative_returns_as_dots_and_no_bar_from_zero():
     assert dots.mode == "markers" and list(dots.y) == list(pendulum["eval_return"])
 
 
-def test_replay_figure_puts_rule_labels_side_by_side_and_starts_at_the_first_update():
+def test_the_replay_cell_puts_rule_labels_side_by_side_and_starts_at_the_first_update():
     replays = pd.DataFrame(
         {"step": [0, 80, 100, 0, 80, 100] * 2, "decision": ["none", "warmup", "rise"] * 4,
          "target": [0.0, 0.0, 0.05, 0.0, 0.8, 0.85] * 2, "seed": [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1],
          "rule": (["earlier rule"] * 3 + ["episodes rule"] * 3) * 2}
     )  # fmt: skip
-    fig = compression_figures.replay_figure(replays, "replayed")
+    cell = run_notebook_cell(
+        "gst_td3_mujoco", "# each replayed run's target", replays=replays, px=px, TEMPLATE=TEMPLATE
+    )
+    fig = cell["_"]
     labels = sorted(fig.layout.annotations, key=lambda a: a.x)
     assert [a.text for a in labels] == ["earlier rule", "episodes rule"]
     assert all(a.textangle in (None, 0) for a in labels) and labels[0].y == labels[1].y

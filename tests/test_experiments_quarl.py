@@ -224,7 +224,6 @@ def test_noise_control_and_precision_intervals():
     assert (
         len(quantization_figures.bit_sweep_figure(ptq, 0.05).data) == 3 * 1 + 2
     )  # a line per seed, noise dots, kernel point
-    assert len(quantization_figures.noise_control_figure(noise).data) == 2
     assert len(quantization_figures.ptq_bars_figure(ptq_summary(ptq, 0.05)).data) == 5
 
 

@@ -22,9 +22,6 @@ def method_color(method: str) -> str:
     return METHOD_COLORS.get(method) or VARIANT_COLORS[sum(map(ord, str(method))) % len(VARIANT_COLORS)]
 
 
-"""One color per compression method, in every GST figure."""
-
-
 def compression_figure(
     history: pd.DataFrame,
     *,
@@ -120,84 +117,6 @@ def method_bars_figure(
     return fig
 
 
-def gst_gap_figure(
-    means: pd.DataFrame,
-    *,
-    paper_gap_pp: tuple[float, float],
-    paper_best: float | None = None,
-    paper_best_task: str = "Humanoid",
-) -> go.Figure:
-    """Return per task and method the average compression (bars) and evaluation return (dots), with the paper's gap.
-
-    ``means`` is :func:`rlq.experiments.gst.method_means` by ``("env_id", "method")``. On GST's bar, the paper's
-    gap over iterative pruning (``paper_gap_pp``, in %p) is drawn on top of our pruning run's average;
-    ``paper_best`` (in %) is the paper's best average compression, drawn only when a task's id contains
-    ``paper_best_task`` (the paper reports it on Humanoid).
-    """
-    gain_min, gain_max = paper_gap_pp
-    fig = make_subplots(
-        rows=1, cols=2, subplot_titles=("Average compression ratio over training", "Final evaluation return")
-    )
-    env_ids = list(means.index.get_level_values(0).unique())
-    for env_id in env_ids:
-        rows = means.loc[env_id]
-        first = env_id == env_ids[0]
-        for method in rows.index:
-            x = [f"{env_id}<br>{method}"]
-            style = dict(marker_color=method_color(method), name=method, legendgroup=method)
-            fig.add_bar(
-                x=x, y=[rows.loc[method, "avg_compression_ratio"]], showlegend=first, row=1, col=1, **style
-            )
-            fig.add_scatter(  # a return can be negative: a dot, not a bar from 0
-                x=x,
-                y=[rows.loc[method, "eval_return"]],
-                mode="markers",
-                marker_size=12,
-                showlegend=False,
-                row=1,
-                col=2,
-                **style,
-            )
-        if {"gst", "pruning"} <= set(rows.index):
-            base = rows.loc["pruning", "avg_compression_ratio"]
-            fig.add_scatter(
-                x=[f"{env_id}<br>gst"] * 2,
-                y=[base + gain_min / 100, base + gain_max / 100],
-                mode="lines+markers",
-                line=dict(width=8, color="black"),
-                opacity=0.35,
-                name=f"paper: pruning + {gain_min:g} to {gain_max:g} %p",
-                showlegend=first,
-                row=1,
-                col=1,
-            )
-        if "dense" in rows.index:  # across this task's methods only: tasks have their own return scales
-            fig.add_scatter(
-                x=[f"{env_id}<br>{method}" for method in rows.index],
-                y=[rows.loc["dense", "eval_return"]] * len(rows),
-                mode="lines",
-                line=dict(dash="dot", color="black"),
-                name="dense return (paper: no drop)",
-                legendgroup="dense return",
-                showlegend=first,
-                row=1,
-                col=2,
-            )
-    if paper_best is not None and any(paper_best_task in env_id for env_id in env_ids):
-        fig.add_hline(
-            y=paper_best / 100,
-            line_dash="dash",
-            row=1,
-            col=1,
-            annotation_text=f"paper ({paper_best_task}): up to {paper_best:g}%",
-            annotation_position="bottom left",
-        )
-    fig.update_yaxes(title_text="average compression ratio", row=1, col=1)
-    fig.update_yaxes(title_text="evaluation return", row=1, col=2)
-    fig.update_layout(template=TEMPLATE, barmode="group", height=450, margin=dict(t=90))
-    return fig
-
-
 def gst_schedule_figure(
     history: pd.DataFrame, group_keys: Sequence[str], *, reward_title: str = "episode return"
 ) -> go.Figure:
@@ -259,26 +178,6 @@ def gst_schedule_figure(
     fig.update_yaxes(title_text="ratio", range=[0, 1.02], secondary_y=False)  # compression is a fraction
     fig.update_yaxes(title_text=reward_title, secondary_y=True)
     return fig
-
-
-def replay_figure(replays: pd.DataFrame, title: str) -> go.Figure:
-    """Return the target of each replayed run over training, one panel per rule, from its first pruning update.
-
-    ``replays`` holds :func:`rlq.compress.gst.replay_decisions`'s rows with ``rule`` and ``seed`` columns; the
-    block-circulant start (decision ``none``) has no target and is left out.
-    """
-    fig = px.line(
-        replays[replays["decision"] != "none"],
-        x="step",
-        y="target",
-        color="seed",
-        facet_col="rule",  # side by side: the rule names read horizontally above their panels
-        line_shape="hv",
-        title=title,
-        labels={"target": "target", "step": "environment steps"},
-        template=TEMPLATE,
-    )
-    return fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
 
 
 REWARD_TRACE = [10.0 + i for i in range(15)] + [8.0] * 8 + [26.0 + i for i in range(12)]
@@ -345,15 +244,4 @@ def sweep_compression_figure(history: pd.DataFrame) -> go.Figure:
         template=TEMPLATE,
         title="Compression ratio over training",
         labels={"step": "environment steps"},
-    )
-
-
-def transition_shift_figure(shifts: pd.Series) -> go.Figure:
-    """Return the mean relative weight shift at the block-size transition, per transition method."""
-    return px.bar(
-        shifts.reset_index(),
-        x="transition",
-        y="mean_shift",
-        template=TEMPLATE,
-        title="Mean relative weight shift at the B = 4 to B = 2 transition",
     )

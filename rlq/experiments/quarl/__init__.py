@@ -16,9 +16,9 @@ The notebooks train in their own cells (``quarl_ptq``, ``quarl_qat``, and ``quar
   :func:`paper_setting_curve`.
 - :mod:`~rlq.experiments.quarl.convergence` (``quarl_actorq``'s convergence section; imported as a module, not
   re-exported): time to return, return at equal steps, the convergence claims' estimates.
-- :mod:`~rlq.experiments.quarl.quantization_figures`: their Plotly figures
-  (``from rlq.experiments.quarl import quantization_figures``; not re-exported here, so importing the package
-  does not import Plotly).
+- :mod:`~rlq.experiments.quarl.quantization_figures`: the Plotly figures that ``rlq report`` also draws from
+  committed tables (``from rlq.experiments.quarl import quantization_figures``; not re-exported here, so importing
+  the package does not import Plotly).
 """
 
 from rlq.experiments.quarl.actorq import (

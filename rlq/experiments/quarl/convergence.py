@@ -15,7 +15,6 @@ and int8 actors on every seed. From their evaluation histories:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -197,8 +196,3 @@ def convergence_numbers(
             for task, g in predicted.groupby("regime", sort=False)
         }  # fmt: skip
     return out
-
-
-def tasks_above_initial(runs: pd.DataFrame) -> Sequence[str]:
-    """Return the tasks on which every run (every seed and precision) ended above its initial policy's return."""
-    return [task for task, g in runs.groupby("task", sort=False) if bool(g["beats_initial"].all())]
