@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from rlq.actorq import ActorQConfig, PolicyArchitecture, encode_policy, random_policy, ray_session, train
-from rlq.actorq.actor import ActorWorker, LocalPolicyStore
+from rlq.actorq.actor import ActorWorker, Exploration, LocalPolicyStore
 from rlq.actorq.cost_model import predict_seconds_per_step, result_costs, steady_steps_per_s
 from rlq.quant.latency import torch_threads
 from rlq.rl.envs import make_env
@@ -87,7 +87,9 @@ def actor_throughput(
         for new_policy_every_pull in (False, True):
             store = LocalPolicyStore()
             store.publish(blob, 1)
-            worker = ActorWorker(0, env_id, arch, precision, backend, seed=0, noise=0.1)
+            worker = ActorWorker(
+                0, env_id, arch, precision, backend, seed=0, exploration=Exploration(noise=0.1)
+            )
             with torch_threads(1):
                 worker.run(period, store)  # warm-up: first load, first episode
                 totals: dict[str, float] = {}
