@@ -32,8 +32,8 @@ import time
 import numpy as np
 
 from rlq.actorq import ActorQConfig, PolicyArchitecture, encode_policy, random_policy, ray_session, train
-from rlq.actorq.actor import ActorWorker, LocalPolicyStore
-from rlq.actorq.cost_model import predict_seconds_per_step, result_costs, steady_steps_per_s
+from rlq.actorq.actor import ActorWorker, Exploration, LocalPolicyStore
+from rlq.actorq.cost_model import Topology, predict_seconds_per_step, result_costs, steady_steps_per_s
 from rlq.quant.latency import torch_threads
 from rlq.rl.envs import make_env
 
@@ -87,7 +87,9 @@ def actor_throughput(
         for new_policy_every_pull in (False, True):
             store = LocalPolicyStore()
             store.publish(blob, 1)
-            worker = ActorWorker(0, env_id, arch, precision, backend, seed=0, noise=0.1)
+            worker = ActorWorker(
+                0, env_id, arch, precision, backend, seed=0, exploration=Exploration(noise=0.1)
+            )
             with torch_threads(1):
                 worker.run(period, store)  # warm-up: first load, first episode
                 totals: dict[str, float] = {}
@@ -180,7 +182,7 @@ def compressed_end_to_end(
                 costs = result_costs(result)
                 layout, cores = ("serial", 1.0) if backend == "local" else ("parallel", float(os.cpu_count()))
                 predicted, bound = predict_seconds_per_step(
-                    costs, 1, samples_per_insert, config.batch_size, cores=cores, layout=layout
+                    costs, Topology(1, cores, layout), samples_per_insert, config.batch_size
                 )
                 rows.append(
                     dict(

@@ -15,7 +15,7 @@ import platform
 
 import torch
 
-from rlq.compress import measure_forward_paths
+from rlq.compress import CirculantCall, measure_forward_paths
 
 WIDTHS = (256, 1024)  # square layers, in = out
 BLOCK_SIZES = (2, 4, 8, 16)
@@ -43,9 +43,8 @@ def main() -> None:
         for block_size in BLOCK_SIZES:
             for batch in BATCHES:
                 for training in (False, True):
-                    t = measure_forward_paths(
-                        width, width, block_size, batch, training=training, repeats=args.repeats, warmup=3
-                    )
+                    call = CirculantCall(width, width, block_size, batch, training=training)
+                    t = measure_forward_paths(call, repeats=args.repeats, warmup=3)
                     ratio = t["fft"] / t["dense"]
                     versus_plain = min(t["fft"], t["dense"]) / t["plain"]
                     choice = "fft" if t["fft"] < t["dense"] else "dense"

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlq.compress import (
+    CirculantCall,
     choose_forward_path,
     circulant,
     circulant_matmul_fft,
@@ -216,18 +217,18 @@ def test_forward_path_is_measured_once_per_shape(monkeypatch):
         return {"dense": 2.0, "fft": 1.0, "plain": 0.5}
 
     monkeypatch.setattr(circulant, "measure_forward_paths", fake_measure)
-    assert choose_forward_path(64, 64, 16, 8) == "fft"
-    assert choose_forward_path(64, 64, 16, 8) == "fft"
+    assert choose_forward_path(CirculantCall(64, 64, 16, 8)) == "fft"
+    assert choose_forward_path(CirculantCall(64, 64, 16, 8)) == "fft"
     assert len(calls) == 1
-    assert choose_forward_path(64, 64, 16, 9) == "fft"
+    assert choose_forward_path(CirculantCall(64, 64, 16, 9)) == "fft"
     assert len(calls) == 2
     clear_forward_path_cache()
 
 
 def test_measure_forward_paths_times_every_path():
-    seconds = measure_forward_paths(16, 16, 4, 2, repeats=1, warmup=0, dtype=torch.float32)
+    seconds = measure_forward_paths(CirculantCall(16, 16, 4, 2), repeats=1, warmup=0)
     assert set(seconds) == {"dense", "fft", "plain"} and all(t > 0 for t in seconds.values())
-    seconds = measure_forward_paths(16, 16, 4, 2, training=True, repeats=1, warmup=0, dtype=torch.float32)
+    seconds = measure_forward_paths(CirculantCall(16, 16, 4, 2, training=True), repeats=1, warmup=0)
     assert all(t > 0 for t in seconds.values())
     clear_forward_path_cache()
-    assert choose_forward_path(16, 16, 4, 2, repeats=1) in ("dense", "fft")
+    assert choose_forward_path(CirculantCall(16, 16, 4, 2), repeats=1) in ("dense", "fft")

@@ -12,6 +12,7 @@ import papermill as pm
 import pytest
 
 from conftest import run_cli
+from rlq.experiments.pareto import BEST_NUMBERS
 from rlq.experiments.registry import REQUIRED_PRESETS, get_experiment, list_experiments
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
@@ -23,12 +24,7 @@ NAMES = [p.stem for p in NOTEBOOKS]
 HEADLINE_KEYS: dict[str, list[str]] = {
     # dense is always within its own interval, so a best method (fewest bits within dense's interval) exists
     "combo_sparse_quant": [
-        "best_bits_per_weight",
-        "best_compression_factor",
-        "best_latency_ratio",
-        "best_return",
-        "dense_return",
-        "min_bits_per_weight",
+        *BEST_NUMBERS,
         "paper_gst_avg_compression_pct",
         "paper_quarl_int8_drop_pct",
         "timesteps",

@@ -59,6 +59,7 @@ _HOMES = {
     "time_to_return": "result",
     "SpeedupPrediction": "cost_model",
     "StepCosts": "cost_model",
+    "Topology": "cost_model",
     "predict_speedup": "cost_model",
     "speedup_curve": "cost_model",
     "step_costs": "cost_model",
@@ -77,7 +78,14 @@ if TYPE_CHECKING:
         expand_vectors,
     )
     from rlq.actorq.config import ActorQConfig, ActorQConfigError, learner_device
-    from rlq.actorq.cost_model import SpeedupPrediction, StepCosts, predict_speedup, speedup_curve, step_costs
+    from rlq.actorq.cost_model import (
+        SpeedupPrediction,
+        StepCosts,
+        Topology,
+        predict_speedup,
+        speedup_curve,
+        step_costs,
+    )
     from rlq.actorq.d4pg import D4PG, categorical_projection
     from rlq.actorq.driver import train
     from rlq.actorq.inference import (
@@ -140,6 +148,7 @@ __all__ = [
     "policy_weights",
     "SpeedupPrediction",
     "StepCosts",
+    "Topology",
     "predict_speedup",
     "random_policy",
     "ray_session",

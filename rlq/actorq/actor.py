@@ -81,15 +81,25 @@ class ChunkResult:
         return len(self.rewards)
 
 
+@dataclass(frozen=True)
+class Exploration:
+    """How an actor explores: uniformly random actions first, then its policy's action plus Gaussian noise."""
+
+    noise: float = 0.1
+    """Std of the Gaussian noise added to the deterministic action in [-1, 1] (TD3 / DDPG); SAC samples instead."""
+    random_steps: int = 0
+    """Steps acted uniformly at random before the pulled policy acts (filling the replay buffer)."""
+
+
 class ActorWorker:
     """One actor: an environment, an inference engine at the actor precision, exploration noise.
 
-    It acts uniformly at random for its first ``random_steps`` steps (filling the replay buffer before
-    learning starts), then with the pulled policy plus Gaussian noise of std ``noise`` (TD3 / DDPG) or by
-    sampling its squashed Gaussian (SAC).
+    It acts uniformly at random for its first ``exploration.random_steps`` steps (filling the replay buffer
+    before learning starts), then with the pulled policy plus Gaussian noise of std ``exploration.noise``
+    (TD3 / DDPG) or by sampling its squashed Gaussian (SAC).
     """
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         actor_id: int,
         env_id: str,
@@ -97,8 +107,7 @@ class ActorWorker:
         precision: str,
         backend: str,
         seed: int,
-        noise: float = 0.1,
-        random_steps: int = 0,
+        exploration: Exploration = Exploration(),
         set_threads: bool = False,
     ):
         import os
@@ -110,8 +119,8 @@ class ActorWorker:
             torch.set_num_threads(1)
         from rlq.rl.envs import make_env
 
-        self.actor_id, self.arch, self.noise = actor_id, arch, float(noise)
-        self.random_steps = int(random_steps)
+        self.actor_id, self.arch, self.noise = actor_id, arch, float(exploration.noise)
+        self.random_steps = int(exploration.random_steps)
         self.env = make_env(env_id)
         self.engine = make_engine(arch, precision, backend)
         self.version = -1

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlq.actorq.actor import ActorWorker, ChunkResult, LocalPolicyStore
+from rlq.actorq.actor import ActorWorker, ChunkResult, Exploration, LocalPolicyStore
 from rlq.actorq.architecture import PolicyArchitecture
 from rlq.actorq.config import ActorQConfig
 
@@ -47,8 +47,7 @@ def actor_kwargs(
         precision=config.actor_precision,
         backend=backend,
         seed=actor_seed(config, actor_id, incarnation),
-        noise=config.exploration_noise,
-        random_steps=random_steps,
+        exploration=Exploration(config.exploration_noise, random_steps),
     )
 
 

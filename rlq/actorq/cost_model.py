@@ -14,8 +14,8 @@ transition is set by whichever side is slower:
 - **cores**: actors and learner together need ``a + l`` core-seconds per transition; with ``cores`` cores they
   cannot insert faster than ``cores / (a + l)`` per second.
 
-``layout="parallel"`` (Ray: actors and learner overlap) gives ``T = max(l, a / n_actors, (a + l) / cores)``;
-``layout="serial"`` (the local backend: one process acts, then learns) gives ``T = a + l``. The speedup of a
+``Topology(layout="parallel")`` (Ray: actors and learner overlap) gives ``T = max(l, a / n_actors, (a + l) / cores)``;
+``Topology(layout="serial")`` (the local backend: one process acts, then learns) gives ``T = a + l``. The speedup of a
 quantized precision is ``T_fp32 / T_q``.
 
 Assumptions (each a way the prediction can miss): costs are measured on an otherwise idle core and do not
@@ -38,6 +38,33 @@ from rlq.actorq.actor import ACTOR_TIMERS
 
 LAYOUTS = ("parallel", "serial")
 """How actors and learner share time: overlapped on separate cores (Ray) or in turn in one process (local)."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How a run's actors and learner share the machine: how many actors, on how many cores, in which layout."""
+
+    n_actors: int
+    """Actor processes (or actor loops, in the serial layout)."""
+    cores: float | None = None
+    """Cores actors and learner share (None: one per actor plus one for the learner)."""
+    layout: str = "parallel"
+    """One of :data:`LAYOUTS`."""
+
+    def __post_init__(self) -> None:
+        n = self.n_actors
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n_actors={n!r}: must be an int >= 1")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout={self.layout!r}: choose one of {', '.join(LAYOUTS)}")
+        if self.cores is not None:
+            _check_positive("cores", self.cores)
+
+    @property
+    def shared_cores(self) -> float:
+        """Return the cores actors and learner share (one per actor plus one when ``cores`` is None)."""
+        return float(self.n_actors + 1) if self.cores is None else float(self.cores)
+
 
 DRIVER_KEYS = ("learner_insert", "broadcast")
 """Breakdown keys of the learner process's work per transition besides the gradient steps."""
@@ -116,23 +143,20 @@ def _actor_seconds(name: str, breakdown: StepCosts | Mapping[str, float]) -> flo
     return total
 
 
-def _seconds_per_step(
-    a: float, learner: float, n_actors: int, cores: float, layout: str
-) -> tuple[float, str]:
-    if layout == "serial":
+def _seconds_per_step(a: float, learner: float, topology: Topology) -> tuple[float, str]:
+    if topology.layout == "serial":
         return a + learner, "serial"
-    sides = {"learner": learner, "actors": a / n_actors, "cores": (a + learner) / cores}
+    sides = {
+        "learner": learner,
+        "actors": a / topology.n_actors,
+        "cores": (a + learner) / topology.shared_cores,
+    }
     bound = max(sides, key=sides.get)
     return sides[bound], bound
 
 
 def predict_seconds_per_step(
-    costs: StepCosts,
-    n_actors: int,
-    samples_per_insert: float,
-    batch_size: int,
-    cores: float | None = None,
-    layout: str = "parallel",
+    costs: StepCosts, topology: Topology, samples_per_insert: float, batch_size: int
 ) -> tuple[float, str]:
     """Return one run's predicted wall seconds per inserted transition and what binds, from its own costs.
 
@@ -140,44 +164,37 @@ def predict_seconds_per_step(
     differ (a block-circulant policy trains at another cost than a dense one), the ratio of two such predictions.
     """
     p = predict_speedup(
-        costs, costs, n_actors, costs.learner_seconds_per_update, samples_per_insert, batch_size,
-        cores=cores, layout=layout, driver_seconds_per_step=costs.driver_seconds_per_step,
+        costs, costs, topology, costs.learner_seconds_per_update, samples_per_insert, batch_size,
+        driver_seconds_per_step=costs.driver_seconds_per_step,
     )  # fmt: skip
     return p.seconds_per_step_fp32, p.bound_fp32
 
 
-def predict_speedup(  # noqa: PLR0913
+def predict_speedup(
     breakdown_fp32: StepCosts | Mapping[str, float],
     breakdown_q: StepCosts | Mapping[str, float],
-    n_actors: int,
+    topology: Topology,
     learner_seconds_per_update: float,
     samples_per_insert: float,
     batch_size: int,
-    cores: float | None = None,
-    layout: str = "parallel",
     driver_seconds_per_step: float = 0.0,
 ) -> SpeedupPrediction:
     """Return the predicted wall time per transition with fp32 and quantized actors, and which side binds.
 
     ``breakdown_*`` give one actor's costs per environment step (a :class:`StepCosts`, or a mapping of
-    :data:`ACTOR_TIMERS` in seconds per step, e.g. from :func:`step_costs`). ``cores`` is the number of cores
-    actors and learner share (None: one per actor plus one for the learner). ``driver_seconds_per_step`` is
+    :data:`ACTOR_TIMERS` in seconds per step, e.g. from :func:`step_costs`). ``topology`` says how many actors
+    run, on how many cores, in which layout. ``driver_seconds_per_step`` is
     the learner process's other work per transition. See the module docstring for the model.
     """
-    if isinstance(n_actors, bool) or not isinstance(n_actors, int) or n_actors < 1:
-        raise ValueError(f"n_actors={n_actors!r}: must be an int >= 1")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r}: must be an int >= 1")
     u = _check_positive("learner_seconds_per_update", learner_seconds_per_update, allow_zero=True)
     spi = _check_positive("samples_per_insert", samples_per_insert)
     driver = _check_positive("driver_seconds_per_step", driver_seconds_per_step, allow_zero=True)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r}: choose one of {', '.join(LAYOUTS)}")
-    cores = float(n_actors + 1) if cores is None else _check_positive("cores", cores)
     a32, aq = _actor_seconds("breakdown_fp32", breakdown_fp32), _actor_seconds("breakdown_q", breakdown_q)
     learner = u * spi / batch_size + driver
-    t32, bound32 = _seconds_per_step(a32, learner, n_actors, cores, layout)
-    tq, boundq = _seconds_per_step(aq, learner, n_actors, cores, layout)
+    t32, bound32 = _seconds_per_step(a32, learner, topology)
+    tq, boundq = _seconds_per_step(aq, learner, topology)
     return SpeedupPrediction(t32, tq, bound32, boundq, a32, aq, learner)
 
 
@@ -220,10 +237,9 @@ def speedup_curve(
     costs_fp32: StepCosts,
     costs_q: StepCosts,
     learner_factors: Sequence[float],
-    n_actors: int,
+    topology: Topology,
     samples_per_insert: float,
     batch_size: int,
-    cores: float | None = None,
 ) -> pd.DataFrame:
     """Return the predicted speedup for a learner ``N`` times faster than measured, one row per ``N``.
 
@@ -234,8 +250,8 @@ def speedup_curve(
     for factor in learner_factors:
         n = _check_positive("learner_factors[i]", factor)
         p = predict_speedup(
-            costs_fp32, costs_q, n_actors, costs_fp32.learner_seconds_per_update / n, samples_per_insert,
-            batch_size, cores=cores, driver_seconds_per_step=costs_fp32.driver_seconds_per_step / n,
+            costs_fp32, costs_q, topology, costs_fp32.learner_seconds_per_update / n, samples_per_insert,
+            batch_size, driver_seconds_per_step=costs_fp32.driver_seconds_per_step / n,
         )  # fmt: skip
         rows.append(
             dict(

@@ -21,6 +21,7 @@ from rlq.compress.block_circulant import (
     set_forward_path_,
 )
 from rlq.compress.circulant import (
+    CirculantCall,
     choose_forward_path,
     circulant_matmul_fft,
     circulant_projection,

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from rlq.compress.circulant import (
+    CirculantCall,
     check_block_size,
     choose_forward_path,
     circulant_matmul_fft,
@@ -220,15 +221,10 @@ def _circulant_linear_forward(self: nn.Linear, x: Tensor) -> Tensor:
     if path == "auto":
         batch = x.numel() // max(x.shape[-1], 1)
         training = torch.is_grad_enabled() and (vectors.requires_grad or x.requires_grad)
-        path = choose_forward_path(
-            self.out_features,
-            self.in_features,
-            vectors.shape[2],
-            batch,
-            training=training,
-            device=x.device,
-            dtype=x.dtype,
+        call = CirculantCall(
+            self.out_features, self.in_features, vectors.shape[2], batch, training, x.device, x.dtype
         )
+        path = choose_forward_path(call)
     if path == "fft":
         y = circulant_matmul_fft(x, vectors)
         return y if self.bias is None else y + self.bias

@@ -17,6 +17,7 @@ import functools
 import math
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -347,31 +348,47 @@ def _median_seconds(fn, repeats: int, warmup: int, sync) -> float:
     return statistics.median(times)
 
 
-def measure_forward_paths(  # noqa: PLR0913
-    out_features: int,
-    in_features: int,
-    block_size: int,
-    batch: int,
-    *,
-    training: bool = False,
-    repeats: int = 5,
-    warmup: int = 1,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> dict[str, float]:
+@dataclass(frozen=True)
+class CirculantCall:
+    """One block-circulant Linear layer applied to one batch: what decides which forward path is faster.
+
+    Hashable, so that :func:`choose_forward_path` memoises its measurement per call shape.
+    """
+
+    out_features: int
+    """Output width of the layer."""
+    in_features: int
+    """Input width of the layer."""
+    block_size: int
+    """B, the side of each circulant block."""
+    batch: int
+    """Rows in the batch."""
+    training: bool = False
+    """Whether each call also runs the backward pass to the B-vectors and the input."""
+    device: torch.device = torch.device("cpu")
+    """Where the tensors live (a string such as ``"cuda:0"`` is converted)."""
+    dtype: torch.dtype = torch.float32
+    """The tensors' floating-point type."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device", torch.device(self.device))
+
+
+def measure_forward_paths(call: CirculantCall, *, repeats: int = 5, warmup: int = 1) -> dict[str, float]:
     """Return median seconds per call of each way to apply one block-circulant Linear layer to a batch.
 
     Keys: ``"dense"`` (expand the B-vectors to a dense weight, then one matmul: rlq's default forward path),
     ``"fft"`` (:func:`circulant_matmul_fft`) and ``"plain"`` (a matmul with an already dense weight: what
-    an uncompressed ``nn.Linear`` costs, for reference). With ``training=True`` each call also runs the
+    an uncompressed ``nn.Linear`` costs, for reference). With ``call.training`` each call also runs the
     backward pass to the B-vectors and the input.
     """
+    out_features, in_features, block_size = call.out_features, call.in_features, call.block_size
+    batch, training, device, dtype = call.batch, call.training, call.device, call.dtype
     check_block_size(block_size)
     _check_divides((out_features, in_features), block_size)
     check_positive_int("batch", batch)
     check_positive_int("repeats", repeats)
     check_non_negative_int("warmup", warmup)
-    device = torch.device(device)
     generator = torch.Generator().manual_seed(0)
     shape = (out_features // block_size, in_features // block_size, block_size)
     vectors = torch.randn(shape, generator=generator, dtype=dtype).to(device).requires_grad_(training)
@@ -379,12 +396,12 @@ def measure_forward_paths(  # noqa: PLR0913
     x = torch.randn(batch, in_features, generator=generator, dtype=dtype).to(device).requires_grad_(training)
 
     def run(compute):
-        def call():
+        def once():
             y = compute()
             if training:
                 y.sum().backward()
 
-        return call
+        return once
 
     def sync():
         if device.type == "cuda":
@@ -407,7 +424,7 @@ class ForwardPathCache:
     """
 
     def __init__(self) -> None:
-        self.choices: dict[tuple, str] = {}
+        self.choices: dict[CirculantCall, str] = {}
 
     def clear(self) -> None:
         """Forget every measured choice."""
@@ -422,36 +439,16 @@ def clear_forward_path_cache() -> None:
     _FORWARD_PATHS.clear()
 
 
-def choose_forward_path(
-    out_features: int,
-    in_features: int,
-    block_size: int,
-    batch: int,
-    *,
-    training: bool = False,
-    repeats: int = 3,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> str:
-    """Return ``"dense"`` or ``"fft"``, whichever measured faster for this layer shape and batch size.
+def choose_forward_path(call: CirculantCall, *, repeats: int = 3) -> str:
+    """Return ``"dense"`` or ``"fft"``, whichever measured faster for this call shape.
 
     Both paths are timed once (median of ``repeats`` calls, see :func:`measure_forward_paths`) the first
-    time a shape is asked for; the decision is cached per ``(out, in, B, batch, training, device, dtype)``.
+    time a call shape is asked for; the decision is cached per :class:`CirculantCall`.
     Ties go to ``"dense"``, rlq's default.
     """
-    key = (out_features, in_features, block_size, batch, training, str(torch.device(device)), dtype)
-    choice = _FORWARD_PATHS.choices.get(key)
+    choice = _FORWARD_PATHS.choices.get(call)
     if choice is None:
-        seconds = measure_forward_paths(
-            out_features,
-            in_features,
-            block_size,
-            batch,
-            training=training,
-            repeats=repeats,
-            device=device,
-            dtype=dtype,
-        )
+        seconds = measure_forward_paths(call, repeats=repeats)
         choice = "fft" if seconds["fft"] < seconds["dense"] else "dense"
-        _FORWARD_PATHS.choices[key] = choice
+        _FORWARD_PATHS.choices[call] = choice
     return choice

@@ -21,6 +21,16 @@ from rlq.sb3.deployed import METHODS, method_label
 DENSE_BITS = 32.0
 """Bits per weight of the dense fp32 actor: the compression factor of a method is ``32 / bits_per_weight``."""
 
+BEST_NUMBERS = (
+    "best_bits_per_weight",
+    "best_compression_factor",
+    "best_latency_ratio",
+    "best_return",
+    "dense_return",
+    "min_bits_per_weight",
+)
+"""The numeric headlines :func:`combo_numbers` records for the first task (beside ``best_method`` and ``pareto_bits``)."""
+
 
 def method_summary(rows: pd.DataFrame, qat_bits: int = 4, reps: int = 2000) -> pd.DataFrame:
     """Return one row per task and method: return IQM with 95% interval over seeds, mean bits, compression, latency ratio.
@@ -164,19 +174,7 @@ def combo_numbers(summary: pd.DataFrame, trainings: pd.DataFrame) -> dict[str, A
         }
     first = next(iter(per_env.values()))
     return {
-        **{
-            k: first[k]
-            for k in (
-                "best_method",
-                "best_bits_per_weight",
-                "best_compression_factor",
-                "best_latency_ratio",
-                "best_return",
-                "dense_return",
-                "min_bits_per_weight",
-                "pareto_bits",
-            )
-        },  # fmt: skip
+        **{k: first[k] for k in ("best_method", *BEST_NUMBERS, "pareto_bits")},
         "per_env": per_env,
         "train_wall_time_s": float(trainings["train_wall_time_s"].sum()) if len(trainings) else None,
         "seeds": int(summary["n"].max()),

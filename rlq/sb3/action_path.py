@@ -12,6 +12,7 @@ The value networks, critics and target networks are not on the action path: acti
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,38 @@ def acts_stochastically(policy: nn.Module) -> bool:
     from stable_baselines3.td3.policies import TD3Policy
 
     return not isinstance(policy, (DQNPolicy, TD3Policy))
+
+
+@dataclass(frozen=True)
+class PolicyInterface:
+    """What SB3's ``predict`` needs of a policy besides its action network; build it with :meth:`of`."""
+
+    kind: str
+    """How the network's output becomes an action: :data:`ARGMAX`, :data:`MULTI_ARGMAX`, :data:`BINARY` or
+    :data:`CONTINUOUS` (the second value :func:`action_network` returns)."""
+    observation_space: spaces.Space
+    """The policy's observation space."""
+    action_space: spaces.Space
+    """The policy's action space."""
+    normalize_images: bool = True
+    """Whether image observations are scaled to [0, 1], as the policy does."""
+    squash_output: bool = False
+    """Whether the network's tanh output in [-1, 1] is rescaled to the action bounds."""
+    stochastic_in_sb3: bool = True
+    """Whether SB3's ``predict(deterministic=False)`` samples for this policy (:func:`acts_stochastically`)."""
+
+    @classmethod
+    def of(cls, model_or_policy: Any, kind: str) -> PolicyInterface:
+        """Return the interface of an SB3 model's (or policy's) action path whose output is of ``kind``."""
+        policy = policy_of(model_or_policy)
+        return cls(
+            kind,
+            policy.observation_space,
+            policy.action_space,
+            normalize_images=policy.normalize_images,
+            squash_output=policy.squash_output,
+            stochastic_in_sb3=acts_stochastically(policy),
+        )
 
 
 class ObservationPreprocessor:

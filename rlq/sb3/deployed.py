@@ -124,7 +124,7 @@ def deploy_actor(model: Any, method: str, folder: str | Path, qat_bits: int = 4)
     """
     from rlq.quant import OnnxPolicy, bits_per_weight, export_onnx
     from rlq.quant.size import load_packed, save_packed
-    from rlq.sb3.action_path import action_network, acts_stochastically, policy_of
+    from rlq.sb3.action_path import PolicyInterface, action_network
     from rlq.sb3.quantized import QuantizedPolicy
 
     bits, per_channel, precision = deployment(method, qat_bits)
@@ -142,15 +142,9 @@ def deploy_actor(model: Any, method: str, folder: str | Path, qat_bits: int = 4)
         plain, folder / f"{method}.onnx", example_observation(model), precision, overwrite=True
     )
     session = OnnxPolicy(path, threads=1)
-    policy = policy_of(model)
     wrapped = QuantizedPolicy(
         session,
-        kind,
-        policy.observation_space,
-        policy.action_space,
-        normalize_images=policy.normalize_images,
-        squash_output=policy.squash_output,
-        stochastic_in_sb3=acts_stochastically(policy),
+        PolicyInterface.of(model, kind),
         precision=precision if bits is None or bits == 8 else f"int{bits}",
         backend="onnx",
         size_bytes=packed.stat().st_size,

@@ -51,8 +51,8 @@ from rlq.sb3.action_path import (
     BINARY,
     MULTI_ARGMAX,
     ObservationPreprocessor,
+    PolicyInterface,
     action_network,
-    acts_stochastically,
     policy_of,
     preprocess_observations,
 )
@@ -68,27 +68,23 @@ class QuantizedPolicy:
     backend); ``size_bytes`` its serialized size (for simulated ``intN``: the weights packed at N bits).
     """
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         network: Any,
-        kind: str,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
+        interface: PolicyInterface,
         *,
-        normalize_images: bool = True,
-        squash_output: bool = False,
-        stochastic_in_sb3: bool = True,
         precision: str = "fp32",
         backend: str = TORCH,
         size_bytes: int | None = None,
     ):
         self.network = network
-        self.kind = kind
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.preprocess = ObservationPreprocessor(observation_space, normalize_images)
-        self.squash_output = squash_output
-        self.stochastic_in_sb3 = stochastic_in_sb3
+        self.interface = interface
+        self.kind = interface.kind
+        self.observation_space = interface.observation_space
+        self.action_space = interface.action_space
+        self.preprocess = ObservationPreprocessor(interface.observation_space, interface.normalize_images)
+        self.squash_output = interface.squash_output
+        self.stochastic_in_sb3 = interface.stochastic_in_sb3
         self.precision = precision
         self.backend = backend
         self.size_bytes = size_bytes
@@ -193,16 +189,8 @@ def quantized_policy(
             "static int8 quantization (CNN policies, or activations=True) needs calibration observations: "
             "pass calibration_obs=collect_observations(env_id, model=model)"
         )
-    common = dict(
-        kind=kind,
-        observation_space=policy.observation_space,
-        action_space=policy.action_space,
-        normalize_images=policy.normalize_images,
-        squash_output=policy.squash_output,
-        stochastic_in_sb3=acts_stochastically(policy),
-        precision=spec.name,
-        backend=backend,
-    )
+    common = dict(precision=spec.name, backend=backend)
+    interface = PolicyInterface.of(policy, kind)
     if backend == TORCH:
         quantized = ptq(
             network, spec, calibration, activations=activations, per_channel_linear=per_channel_linear
@@ -211,7 +199,7 @@ def quantized_policy(
             size = model_size_bytes(quantized)
         else:
             size = model_size_bytes(quantized, spec.name)
-        return QuantizedPolicy(quantized, size_bytes=size, **common)
+        return QuantizedPolicy(quantized, interface, size_bytes=size, **common)
 
     if spec.name not in ONNX_PRECISIONS:
         raise ValueError(f"the ONNX backend runs {', '.join(ONNX_PRECISIONS)}, not {spec.name}")
@@ -222,14 +210,16 @@ def quantized_policy(
     )
     if onnx_path is not None:
         path = export_onnx(fp32, onnx_path, example, spec.name, calibration=onnx_calibration, overwrite=True)
-        return QuantizedPolicy(OnnxPolicy(path, threads=threads), size_bytes=path.stat().st_size, **common)
+        return QuantizedPolicy(
+            OnnxPolicy(path, threads=threads), interface, size_bytes=path.stat().st_size, **common
+        )
     with tempfile.TemporaryDirectory(prefix="rlq-policy-") as tmp:
         path = export_onnx(
             fp32, Path(tmp) / f"policy-{spec.name}.onnx", example, spec.name, calibration=onnx_calibration
         )
         session = OnnxPolicy(path, threads=threads)  # ONNX Runtime holds the model in memory from here on
         size = path.stat().st_size
-    return QuantizedPolicy(session, size_bytes=size, **common)
+    return QuantizedPolicy(session, interface, size_bytes=size, **common)
 
 
 def weights_only(bits: int) -> str:

@@ -85,7 +85,7 @@ def regime_comparison(
     the same); ``error_pct``: prediction over measurement, minus one.
     """
     from rlq.actorq import predict_speedup
-    from rlq.actorq.cost_model import result_costs, steady_steps_per_s
+    from rlq.actorq.cost_model import Topology, result_costs, steady_steps_per_s
 
     rows = []
     for (name, seed, p), r in results.items():
@@ -97,9 +97,8 @@ def regime_comparison(
         driver = (c32.driver_seconds_per_step + cq.driver_seconds_per_step) / 2
         layout, cores = layout_and_cores(r.config)
         pred = predict_speedup(
-            c32.actor, cq.actor, r.config.n_actors, update,
-            r.config.samples_per_insert, r.config.batch_size, cores=cores, layout=layout,
-            driver_seconds_per_step=driver,
+            c32.actor, cq.actor, Topology(r.config.n_actors, cores, layout), update,
+            r.config.samples_per_insert, r.config.batch_size, driver_seconds_per_step=driver,
         )  # fmt: skip
         measured = steady_steps_per_s(q.history) / steady_steps_per_s(r.history)
         t32, tq = r.time_to_return(return_threshold), q.time_to_return(return_threshold)
@@ -160,7 +159,7 @@ def paper_setting_curve(
     seeds; the paper's setting gives every actor its own core. Both regimes must act with the same policy.
     """
     from rlq.actorq import speedup_curve
-    from rlq.actorq.cost_model import StepCosts, result_costs
+    from rlq.actorq.cost_model import StepCosts, Topology, result_costs
 
     def runs(regime: str, p: str) -> list[Any]:
         found = [r for (name, _, q), r in results.items() if name == regime and q == p]
@@ -182,7 +181,7 @@ def paper_setting_curve(
     driver = float(np.mean([c.driver_seconds_per_step for c in learner]))
     curve = speedup_curve(
         StepCosts(mean_actor("fp32"), update, driver), StepCosts(mean_actor(precision), update, driver),
-        learner_factors, n_actors=n_actors, samples_per_insert=samples_per_insert, batch_size=batch_size,
+        learner_factors, Topology(n_actors), samples_per_insert=samples_per_insert, batch_size=batch_size,
     )  # fmt: skip
     return curve.assign(precision=precision)
 
