@@ -353,7 +353,14 @@ void {name}_act(const float *obs, float *action) {{
 """
     described = [dict(name=op.name, kernel=op.describe(), n_in=op.n_in, n_out=op.n_out) for op in ops]
     info = CExport(
-        Path(), name, compiled.obs_dim, action_dim, e.weight_bytes, stack, described, table_bytes=e.table_bytes
+        Path(),
+        name,
+        compiled.obs_dim,
+        action_dim,
+        e.weight_bytes,
+        stack,
+        described,
+        table_bytes=e.table_bytes,
     )
     return header, c_source, info
 
