@@ -8,6 +8,7 @@ import os
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import papermill as pm
 import pytest
 
@@ -42,6 +43,8 @@ HEADLINE_KEYS: dict[str, list[str]] = {
         "onnx_int8_return",
         "max_action_diff_c_fp32",
         "max_action_diff_c_int8",
+        "max_action_diff_c_int8_same_codes",
+        "max_action_diff_onnx_int8",
         "c_int8_weight_bytes",
         "c_fp32_weight_bytes",
         "onnx_int8_bytes",
@@ -286,6 +289,16 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
         assert results["c_int8_weight_bytes"] < results["c_fp32_weight_bytes"] < results["dense_fp32_bytes"]
         for table in ("sizes", "parity", "evaluation", "latency"):
             assert (run_dir / f"{table}.csv").exists(), table
+        # each parity row against a stated tolerance; the same int8 codes agree within summation order
+        parity_rows = pd.read_csv(run_dir / "parity.csv").set_index(["policy", "reference"])
+        same = parity_rows.loc[("C int8", "rlq int8, same codes")]
+        assert same["max |difference|"] <= same["tolerance"] == pytest.approx(1e-4 * 2.0) and bool(same["within"])
+        assert parity_rows["max |difference|"].notna().all() and parity_rows["tolerance"].notna().all()
+        # the C files' stored bytes are their weights plus their DFT tables (2 x 4 x 16 x 16 at B = 16)
+        sizes = pd.read_csv(run_dir / "sizes.csv").set_index("policy")
+        c_int8 = sizes.loc["C int8: weight data"]
+        assert c_int8["bytes"] == results["c_int8_weight_bytes"] == c_int8["weights"] + c_int8["tables"]
+        assert c_int8["tables"] == 2 * 4 * 16 * 16
     if name == "baseline_rl":
         # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
         assert results["final_mean_return"] > max(150, 5 * results["random_mean_return"])
