@@ -292,7 +292,8 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
         # each parity row against a stated tolerance; the same int8 codes agree within summation order
         parity_rows = pd.read_csv(run_dir / "parity.csv").set_index(["policy", "reference"])
         same = parity_rows.loc[("C int8", "rlq int8, same codes")]
-        assert same["max |difference|"] <= same["tolerance"] == pytest.approx(1e-4 * 2.0) and bool(same["within"])
+        assert same["tolerance"] == pytest.approx(1e-4 * 2.0)
+        assert same["max |difference|"] <= same["tolerance"] and bool(same["within"])
         assert parity_rows["max |difference|"].notna().all() and parity_rows["tolerance"].notna().all()
         # the C files' stored bytes are their weights plus their DFT tables (2 x 4 x 16 x 16 at B = 16)
         sizes = pd.read_csv(run_dir / "sizes.csv").set_index("policy")
