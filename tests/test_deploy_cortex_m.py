@@ -146,6 +146,7 @@ def test_sizes_count_the_weights_and_the_policy_apart_from_the_harness(dense):
     assert weight_bytes < policy["flash"] < weight_bytes + 2048
     assert policy["flash"] < elf["flash"]
     assert policy["ram"] == 0  # the weights are const, the activations live on the stack
+    assert 0 < policy["code"] <= policy["flash"] - weight_bytes  # the instructions, apart from the weights
 
 
 @needs_tools

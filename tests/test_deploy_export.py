@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from torch import nn
 
 from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE, circulant_deploy_models
-from rlq.deploy import FP32_RTOL, compile_policy, error_bound
+from rlq.deploy import FP32_RTOL, SAME_CODES_RTOL, compile_policy, error_bound, parity
 from rlq.deploy.c_build import c_compiler, load_c_policy
 from rlq.deploy.export import export_policy
 from rlq.deploy.export_c import CExport, write_c
@@ -98,6 +100,26 @@ def test_int8_c_policy_is_within_the_quantization_bound(models, algo, tmp_path):
         np.testing.assert_allclose(actions, reference(states), rtol=0, atol=1e-4)
 
 
+def test_int8_parity_with_the_same_codes_fails_when_one_exported_weight_changes(models, tmp_path):
+    model = models["TD3"]
+    export = write_c(model, tmp_path / "c", precision="int8")
+    states, _ = rollout("Pendulum-v1", load_c_policy(export))
+    reference = compile_policy(model, "int8", use_kernels=False)(states)
+    tolerance = SAME_CODES_RTOL * float(np.abs(model.action_space.high).max())
+    assert parity(load_c_policy(export)(states), reference, tolerance)["within"] is True
+    # one code of the first layer moved by 60 steps, as a broken exporter or a flipped byte would
+    source = export.source.read_text()
+    found = re.search(r"static const int8_t policy_l0_codes\[\d+\] = \{\n    (-?\d+),", source)
+    code = int(found.group(1))
+    broken = source[: found.start(1)] + str(code - 60 if code > 0 else code + 60) + source[found.end(1) :]
+    export.source.write_text(broken)
+    row = parity(load_c_policy(CExport.read(export.folder))(states), reference, tolerance)
+    assert row["within"] is False and row["max |difference|"] > 10 * tolerance
+    assert 0 <= row["states within"] < 1
+    nan_row = parity(np.full_like(reference, np.nan), reference, tolerance)  # no action is never within
+    assert nan_row["within"] is False and nan_row["states within"] == 0
+
+
 def test_pruned_layer_is_exported_block_sparse_with_its_indices(tmp_path):
     torch.manual_seed(0)
     net = nn.Sequential(
@@ -136,6 +158,10 @@ def test_header_states_sizes_and_the_file_builds_strictly(models, tmp_path):
     # DFT tables, and the action scaling's scale, shift, low and high
     expected = 4 * (3 * 64 + 64 + 64 * 8 + 64 + 64 * 1 + 1 + 2 * 64 + 4)
     assert export.weight_bytes == expected
+    # of which the DFT tables: the float arrays the file declares for B = 8, counted from the file
+    tables = re.findall(r"static const float pendulum_i?dft8\[(\d+)\]", source)
+    assert len(tables) == 2 and export.table_bytes == 4 * sum(map(int, tables)) == 4 * 2 * 64
+    assert f"#define PENDULUM_TABLE_BYTES {export.table_bytes}" in header
     assert CExport.read(export.folder) == export  # the action scaling's layer included
     load_c_policy(export)  # -std=c99 -Wall -Wextra -Werror -pedantic
 

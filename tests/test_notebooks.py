@@ -8,6 +8,7 @@ import os
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import papermill as pm
 import pytest
 
@@ -38,6 +39,8 @@ HEADLINE_KEYS: dict[str, list[str]] = {
         "onnx_int8_return",
         "max_action_diff_c_fp32",
         "max_action_diff_c_int8",
+        "max_action_diff_c_int8_same_codes",
+        "max_action_diff_onnx_int8",
         "c_int8_weight_bytes",
         "c_fp32_weight_bytes",
         "onnx_int8_bytes",
@@ -291,6 +294,17 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
         assert results["c_int8_weight_bytes"] < results["c_fp32_weight_bytes"] < results["dense_fp32_bytes"]
         for table in ("sizes", "parity", "evaluation", "latency"):
             assert (run_dir / f"{table}.csv").exists(), table
+        # each parity row against a stated tolerance; the same int8 codes agree within summation order
+        parity_rows = pd.read_csv(run_dir / "parity.csv").set_index(["policy", "reference"])
+        same = parity_rows.loc[("C int8", "rlq int8, same codes")]
+        assert same["tolerance"] == pytest.approx(1e-4 * 2.0)
+        assert same["max |difference|"] <= same["tolerance"] and bool(same["within"])
+        assert parity_rows["max |difference|"].notna().all() and parity_rows["tolerance"].notna().all()
+        # the C files' stored bytes are their weights plus their DFT tables (2 x 4 x 16 x 16 at B = 16)
+        sizes = pd.read_csv(run_dir / "sizes.csv").set_index("policy")
+        c_int8 = sizes.loc["C int8: weight data"]
+        assert c_int8["bytes"] == results["c_int8_weight_bytes"] == c_int8["weights"] + c_int8["tables"]
+        assert c_int8["tables"] == 2 * 4 * 16 * 16
     # the block-pruned actor compiles block-sparse and computes what dense int8 does on the same weights
     if name == "gst_block_deploy":
         assert results["exploratory"] is True and set(results["per_method"]) == {"gst", "gst_block"}

@@ -17,7 +17,7 @@ with the same stored forms and arithmetic (:func:`write_c`; :func:`load_c_policy
 here), or an ONNX model for stock ONNX Runtime. See docs/deploy.md.
 """
 
-from rlq.deploy.bounds import FP32_RTOL, error_bound
+from rlq.deploy.bounds import FP32_RTOL, SAME_CODES_RTOL, error_bound, parity
 from rlq.deploy.c_build import load_c_policy
 from rlq.deploy.export import export_policy
 from rlq.deploy.export_c import write_c
@@ -28,6 +28,8 @@ __all__ = [
     "CompiledPolicy",
     "error_bound",
     "FP32_RTOL",
+    "SAME_CODES_RTOL",
+    "parity",
     "kernels_available",
     "export_policy",
     "write_c",

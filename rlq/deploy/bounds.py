@@ -31,6 +31,29 @@ from rlq.deploy.reader import LinearSpec, read_policy
 FP32_RTOL = 1e-5
 """Float32 rounding allowance of :func:`error_bound`, relative to the magnitudes ``|W_hat| |x| + |b|``."""
 
+SAME_CODES_RTOL = 1e-4
+"""How far two implementations of one quantized policy (an exported C file and :func:`compile_policy`'s
+forward of the same codes) may differ, relative to the action bound: the same products summed in another
+order. One changed weight code moves an action by a step of that row's scale times its input, far more."""
+
+
+def parity(actions: np.ndarray, reference: np.ndarray, tolerance: float) -> dict[str, float | bool]:
+    """Compare ``actions`` with ``reference`` row by row (one row per state) against ``tolerance``.
+
+    Returns the largest absolute difference, the share of states whose every action entry is within
+    ``tolerance``, and ``within``: whether all are. A NaN action is never within.
+    """
+    reference = np.asarray(reference, np.float64)
+    rows = reference.shape[0]
+    diff = np.abs(np.asarray(actions, np.float64).reshape(rows, -1) - reference.reshape(rows, -1))
+    close = np.all(diff <= tolerance, axis=1)
+    return {
+        "max |difference|": float(diff.max()),
+        "tolerance": float(tolerance),
+        "states within": float(close.mean()),
+        "within": bool(close.all()),
+    }
+
 
 def _activate(y: np.ndarray, activation: str) -> np.ndarray:
     if activation == "relu":

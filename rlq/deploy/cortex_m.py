@@ -276,7 +276,7 @@ def policy_object_sizes(c_dir: Path, out: Path | None = None, name: str = "polic
     """Flash and RAM bytes of the policy alone: ``NAME.c`` compiled to an object with the ELF's flags.
 
     ``flash`` sums the object's ``.text*``, ``.rodata*`` and ``.data*`` sections (code, weights, initial
-    values), ``ram`` its ``.data*`` and ``.bss*``. The libm functions the policy calls (``tanhf``) are not
+    values), ``code`` its ``.text*`` (the instructions alone), ``ram`` its ``.data*`` and ``.bss*``. The libm functions the policy calls (``tanhf``) are not
     in the object; they count in :func:`section_sizes` of the ELF. ``out`` receives ``NAME.o`` (by
     default ``c_dir``).
     """
@@ -287,13 +287,14 @@ def policy_object_sizes(c_dir: Path, out: Path | None = None, name: str = "polic
     _run_tool(
         [CC, *CFLAGS, f"-I{c_dir}", "-c", str(c_dir / f"{name}.c"), "-o", str(obj)], f"compiling {c_dir}"
     )
-    sizes = {"flash": 0, "ram": 0}
+    sizes = {"flash": 0, "code": 0, "ram": 0}
     for line in _run_tool([SIZE, "-A", str(obj)], f"reading the sizes of {obj}").splitlines():
         fields = line.split()
         if len(fields) < 2 or not fields[1].isdigit():
             continue
         section, size = fields[0], int(fields[1])
         sizes["flash"] += size if section.startswith(_FLASH_SECTIONS) else 0
+        sizes["code"] += size if section.startswith(".text") else 0
         sizes["ram"] += size if section.startswith(_RAM_SECTIONS) else 0
     return sizes
 

@@ -62,6 +62,8 @@ class CExport:
     weight_bytes: int
     stack_bytes: int
     ops: list[dict[str, Any]] = field(default_factory=list)
+    table_bytes: int = 0
+    """Of ``weight_bytes``, the DFT tables block-circulant layers share (one forward and one inverse per B)."""
 
     @property
     def header(self) -> Path:
@@ -104,7 +106,8 @@ class CExport:
             dict(name=m[1], kernel=m[2], n_in=int(m[3]), n_out=int(m[4]))
             for m in re.finditer(r"^ \*   ([^:]+): (.+), (\d+) -> (\d+), \S+$", text, re.M)
         ]
-        return cls(folder, name, *sizes, ops=ops)
+        tables = re.search(rf"^#define {name.upper()}_TABLE_BYTES (\d+)$", text, re.M)
+        return cls(folder, name, *sizes, ops=ops, table_bytes=int(tables.group(1)) if tables else 0)
 
 
 def _c_float(v: float) -> str:
@@ -127,6 +130,7 @@ class _Emitter:
         self.calls: list[str] = []
         self.uses: set[str] = set()
         self.weight_bytes = 0
+        self.table_bytes = 0
         self.tables: dict[int, list[str]] = {}
 
     def array(self, key: str, values: np.ndarray, ctype: str) -> str:
@@ -155,10 +159,12 @@ class _Emitter:
     def dft_tables(self, block_size: int) -> list[str]:
         """Return the C names of the forward and inverse DFT tables of ``block_size``, shared by its layers."""
         if block_size not in self.tables:
+            before = self.weight_bytes
             self.tables[block_size] = [
                 self.array(f"{key}{block_size}", table.astype(np.float32), "float")
                 for key, table in zip(("dft", "idft"), dft_tables(block_size), strict=True)
             ]
+            self.table_bytes += self.weight_bytes - before
         return self.tables[block_size]
 
 
@@ -306,6 +312,7 @@ def render_c(
 #define {macro}_OBS_DIM {compiled.obs_dim}
 #define {macro}_ACTION_DIM {action_dim}
 #define {macro}_WEIGHT_BYTES {e.weight_bytes}
+#define {macro}_TABLE_BYTES {e.table_bytes}
 #define {macro}_STACK_BYTES {stack}
 
 void {name}_act(const float *obs, float *action);
@@ -345,7 +352,16 @@ void {name}_act(const float *obs, float *action) {{
 }}
 """
     described = [dict(name=op.name, kernel=op.describe(), n_in=op.n_in, n_out=op.n_out) for op in ops]
-    info = CExport(Path(), name, compiled.obs_dim, action_dim, e.weight_bytes, stack, described)
+    info = CExport(
+        Path(),
+        name,
+        compiled.obs_dim,
+        action_dim,
+        e.weight_bytes,
+        stack,
+        described,
+        table_bytes=e.table_bytes,
+    )
     return header, c_source, info
 
 
