@@ -276,9 +276,9 @@ def policy_object_sizes(c_dir: Path, out: Path | None = None, name: str = "polic
     """Flash and RAM bytes of the policy alone: ``NAME.c`` compiled to an object with the ELF's flags.
 
     ``flash`` sums the object's ``.text*``, ``.rodata*`` and ``.data*`` sections (code, weights, initial
-    values), ``code`` its ``.text*`` (the instructions alone), ``ram`` its ``.data*`` and ``.bss*``. The libm functions the policy calls (``tanhf``) are not
-    in the object; they count in :func:`section_sizes` of the ELF. ``out`` receives ``NAME.o`` (by
-    default ``c_dir``).
+    values), ``code`` its ``.text*`` (the instructions alone), ``ram`` its ``.data*`` and ``.bss*``. The libm
+    functions the policy calls (``tanhf``) are not in the object; they count in :func:`section_sizes` of the
+    ELF. ``out`` receives ``NAME.o`` (by default ``c_dir``).
     """
     _require_tools()
     c_dir = Path(c_dir)
