@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlq.experiments.quarl import convergence
+from rlq.analysis.quarl import convergence
 
 
 def run(returns, seconds_per_eval, steps_per_eval=1000):

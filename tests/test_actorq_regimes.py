@@ -7,13 +7,13 @@ import pytest
 
 from rlq.actorq import ActorQConfig, ActorQConfigError, train
 from rlq.actorq.cost_model import steady_steps_per_s
-from rlq.experiments.quarl import (
+from rlq.analysis.quarl import (
     paper_setting_curve,
     regime_comparison,
     regime_estimates,
     regime_runs,
 )
-from rlq.experiments.quarl.regimes import regime_config
+from rlq.analysis.quarl.regimes import regime_config
 
 BASE = ActorQConfig(env_id="Pendulum-v1", algorithm="TD3", n_actors=1, learning_starts=200, update_period=20, eval_every=10,
             eval_episodes=1, torch_threads=1, backend="local", learner_steps=20, actor_backend="torch")  # fmt: skip

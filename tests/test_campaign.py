@@ -19,10 +19,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from rlq.claims import campaign as cp
+from rlq.claims.campaign_jobs import registered_jobs
+from rlq.claims.design import SPEC_FILE, read_design
 from rlq.core.jsonio import read_json, write_json
-from rlq.experiments import campaign as cp
-from rlq.experiments.campaign_jobs import registered_jobs
-from rlq.experiments.claim_design import SPEC_FILE, read_design
 
 REAL_SPEC = Path(__file__).resolve().parents[1] / "data" / SPEC_FILE
 FAKE_CLI = """

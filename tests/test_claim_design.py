@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from rlq.experiments import confirmatory_statistics as cs
-from rlq.experiments.campaign_jobs import job_overrides, registered_jobs
-from rlq.experiments.claim_design import (
+from rlq.claims import confirmatory_statistics as cs
+from rlq.claims.campaign_jobs import job_overrides, registered_jobs
+from rlq.claims.design import (
     RUNS_REMAINING,
     SEED_START,
     core_hours,

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlq.experiments.claim_measure import measure, measure_table, recorded_estimate, table_metric
-from rlq.experiments.claim_spec import claim_specs, read_claims
+from rlq.claims.measure import measure, measure_table, recorded_estimate, table_metric
+from rlq.claims.spec import claim_specs, read_claims
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir
 from rlq.experiments.registry import get_experiment
-from rlq.experiments.seed_statistics import estimate, paired_percent_drop
+from rlq.stats import estimate, paired_percent_drop
 
 SPEC = data_dir() / "claims.csv"
 RESULTS = data_dir() / "results"

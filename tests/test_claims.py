@@ -1,4 +1,4 @@
-"""rlq.experiments.claim_verdicts: the rule on hand-made measurements, joint claims, the rule across presets."""
+"""rlq.claims.verdicts: the rule on hand-made measurements, joint claims, the rule across presets."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from rlq.experiments.claim_measure import Measurement
-from rlq.experiments.claim_spec import spec_by_id
-from rlq.experiments.claim_verdicts import BY_DESIGN, CEILING, TOO_FEW, Verdict, judge, judge_joint, overall
-from rlq.experiments.seed_statistics import Estimate
+from rlq.claims.measure import Measurement
+from rlq.claims.spec import spec_by_id
+from rlq.claims.verdicts import BY_DESIGN, CEILING, TOO_FEW, Verdict, judge, judge_joint, overall
+from rlq.stats import Estimate
 
 GAIN, REWARD, JOINT = spec_by_id("gst_td3_gain"), spec_by_id("gst_td3_reward"), spec_by_id("gst_td3_joint")
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from conftest import interrupt_at
+from rlq.analysis.pareto import best_within_dense, method_summary, pareto_front
 from rlq.compress import is_block_circulant
 from rlq.compress.block_circulant import stored_target
 from rlq.compress.masks import mask_of, stored_tensor
-from rlq.experiments.pareto import best_within_dense, method_summary, pareto_front
 from rlq.rl.agents import make_model
 from rlq.rl.zoo import zoo_td3_settings
 from rlq.sb3.action_path import action_network

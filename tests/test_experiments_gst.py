@@ -1,4 +1,4 @@
-"""rlq.experiments.gst's settings, jobs and tables, the GST figures, and legacy method names in published results."""
+"""rlq.analysis.gst's settings, jobs and tables, the GST figures, and legacy method names in published results."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import pytest
 from plotly.subplots import make_subplots
 
 from conftest import run_notebook_cell
-from rlq.compress import GSTConfig
-from rlq.experiments.gst import (
+from rlq.analysis.gst import (
     compare_methods,
     compression_figures,
     controller_decisions,
     sweep_numbers,
     sweep_table,
 )
+from rlq.analysis.shared_figures import TEMPLATE
+from rlq.compress import GSTConfig
 from rlq.experiments.results import load_committed, load_committed_results, normalize_method_names
-from rlq.experiments.shared_figures import TEMPLATE
 from rlq.sb3.gst_settings import arm_settings, compression_settings
 
 KNOBS = dict(
@@ -317,7 +317,7 @@ def test_evaluation_samples_its_actions_when_asked():
 
 
 def test_seed_estimates_pair_seeds_and_measure_the_drop_against_dense():
-    from rlq.experiments.gst import seed_estimates
+    from rlq.analysis.gst import seed_estimates
 
     summary = pd.DataFrame(
         {
@@ -390,7 +390,7 @@ def test_replaying_the_earlier_runs_episodes_reproduces_their_logged_decisions_a
 def test_method_bars_color_a_gst_variant_distinctly():
     import pandas as pd
 
-    from rlq.experiments.gst.compression_figures import METHOD_COLORS, method_bars_figure, method_color
+    from rlq.analysis.gst.compression_figures import METHOD_COLORS, method_bars_figure, method_color
 
     means = pd.DataFrame({"avg_compression_ratio": [0.0, 0.8, 0.5], "score": [10.0, 9.0, 8.0]},
                          index=["dense", "gst", "gst_bc_only"])  # fmt: skip

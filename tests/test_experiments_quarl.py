@@ -1,4 +1,4 @@
-"""QuaRL's runs (rlq.rl.run_spec), quantizers, solved thresholds, and rlq.experiments.quarl's tables and headline
+"""QuaRL's runs (rlq.rl.run_spec), quantizers, solved thresholds, and rlq.analysis.quarl's tables and headline
 numbers, on small hand-made tables (no training)."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pytest
 
-from rlq.experiments.constraints import Constraint, ConstraintError, check_value
-from rlq.experiments.quarl import (
+from rlq.analysis.quarl import (
     actor_breakdown,
     actorq_numbers,
     actorq_summary,
@@ -22,8 +21,9 @@ from rlq.experiments.quarl import (
     qat_summary,
     quantization_figures,
 )
-from rlq.experiments.quarl.actorq import actor_breakdown_shares, speedup, task_name
-from rlq.experiments.quarl.quantization_tables import seed_task_matrix
+from rlq.analysis.quarl.actorq import actor_breakdown_shares, speedup, task_name
+from rlq.analysis.quarl.quantization_tables import seed_task_matrix
+from rlq.experiments.constraints import Constraint, ConstraintError, check_value
 from rlq.rl.evaluate import STATED_THRESHOLDS, mark_solved, solved_threshold
 from rlq.rl.run_spec import RunSpec, parse_runs
 from rlq.rl.zoo import zoo_hyperparams

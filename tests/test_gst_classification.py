@@ -8,15 +8,15 @@ import pandas as pd
 import pytest
 import torch
 
-from rlq.experiments import seed_statistics
-from rlq.experiments.gst import (
+from rlq import stats
+from rlq.analysis.gst import (
     classification_estimates,
     classification_numbers,
     classification_tables,
     load_classification_data,
     mean_over_seeds,
 )
-from rlq.experiments.gst.classification import with_seed_column
+from rlq.analysis.gst.classification import with_seed_column
 from rlq.rl.parallel import run_jobs
 from rlq.vision import make_schedule, resnet32, train_classifier
 
@@ -147,7 +147,7 @@ def test_estimates_pair_seeds_by_hand_on_five_seeds():
     # paired drops 1, 0, 2, -0.5, 4: IQM trims one of five at each end (scipy's trim_mean at 25%: int(1.25) = 1)
     assert estimates["gst_accuracy_drop_pp"]["value"] == pytest.approx((0 + 1 + 2) / 3)
     assert estimates["gst_final_compression_pct"]["value"] == pytest.approx((69 + 70 + 71) / 3)
-    expected = seed_statistics.estimate([1.0, 0.0, 2.0, -0.5, 4.0]).as_dict("%p")
+    expected = stats.estimate([1.0, 0.0, 2.0, -0.5, 4.0]).as_dict("%p")
     assert estimates["gst_accuracy_drop_pp"] == pytest.approx(expected)
     assert estimates["gst_accuracy_drop_pp"]["n"] == 5
     assert "gst_accuracy_drop_pp" not in classification_estimates(summary[summary["method"] == "gst"])

@@ -7,7 +7,7 @@ import pytest
 
 
 def test_phase_returns_averages_each_phase_of_each_run():
-    from rlq.experiments.gst.tables import phase_returns
+    from rlq.analysis.gst.tables import phase_returns
 
     curve = pd.DataFrame(
         dict(

@@ -13,7 +13,7 @@ import papermill as pm
 import pytest
 
 from conftest import run_cli
-from rlq.experiments.pareto import BEST_NUMBERS
+from rlq.analysis.pareto import BEST_NUMBERS
 from rlq.experiments.registry import REQUIRED_PRESETS, get_experiment, list_experiments
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rlq.claims.spec import claim_specs
 from rlq.core.jsonio import read_json
-from rlq.experiments.claim_spec import claim_specs
 from rlq.experiments.paths import repo_root
 from rlq.experiments.run_folders import new_run_dir
 from rlq.faces.cli import main

@@ -116,7 +116,7 @@ def test_render_writes_pngs_into_the_committed_folder(tmp_path):
 
 
 def test_each_claim_family_has_a_forest_plot_in_the_claims_page():
-    from rlq.experiments.claim_verdicts import FAMILIES
+    from rlq.claims.verdicts import FAMILIES
     from rlq.faces.static_figures import claims_figures
 
     figures = claims_figures(RESULTS)

@@ -1,4 +1,4 @@
-"""rlq.experiments.seed_statistics: IQM and intervals against hand computation and against rliable called directly."""
+"""rlq.stats: IQM and intervals against hand computation and against rliable called directly."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 from rliable import library as rly
 from rliable import metrics as rly_metrics
 
-import rlq
-from rlq.experiments import seed_statistics
+from rlq import stats
 
 
 def _rliable_direct(scores: np.ndarray, func, seed: int, reps: int = 500):
@@ -25,12 +24,10 @@ def test_iqm_matches_a_hand_computed_interquartile_mean():
     # 8 runs: the IQM drops the 2 lowest and 2 highest and averages the middle 4
     scores = np.array([100.0, -5.0, 3.0, 7.0, 4.0, 6.0, 50.0, 5.0])
     middle = np.sort(scores)[2:6]
-    assert seed_statistics.estimate(scores, reps=50).value == pytest.approx(middle.mean())
+    assert stats.estimate(scores, reps=50).value == pytest.approx(middle.mean())
     # (runs, tasks): the IQM pools every run of every task
     matrix = np.arange(12.0).reshape(4, 3)
-    assert seed_statistics.estimate(matrix, reps=50).value == pytest.approx(
-        np.sort(matrix.ravel())[3:9].mean()
-    )
+    assert stats.estimate(matrix, reps=50).value == pytest.approx(np.sort(matrix.ravel())[3:9].mean())
 
 
 @pytest.mark.parametrize(
@@ -39,16 +36,14 @@ def test_iqm_matches_a_hand_computed_interquartile_mean():
 def test_intervals_equal_rliable_called_directly(metric, func):
     rng = np.random.default_rng(1)
     scores = rng.normal(100, 20, size=(6, 2))
-    ours = seed_statistics.estimate(scores, metric=metric, reps=500, seed=7)
+    ours = stats.estimate(scores, metric=metric, reps=500, seed=7)
     assert (ours.value, ours.lower, ours.upper) == pytest.approx(_rliable_direct(scores, func, seed=7))
     assert ours.lower < ours.value < ours.upper
     assert ours.n == 6
 
 
 def test_interval_estimates_table_per_method_and_metric():
-    table = seed_statistics.interval_estimates(
-        {"dense": [1.0, 2.0, 3.0], "gst": [[1.0, 2.0], [2.0, 3.0]]}, reps=100
-    )
+    table = stats.interval_estimates({"dense": [1.0, 2.0, 3.0], "gst": [[1.0, 2.0], [2.0, 3.0]]}, reps=100)
     assert list(table.columns) == ["method", "metric", "value", "lower", "upper", "n"]
     assert list(zip(table["method"], table["metric"], strict=True)) == [
         (m, k) for m in ("dense", "gst") for k in ("iqm", "mean", "median")
@@ -63,19 +58,19 @@ def test_the_bootstrap_is_seeded_and_leaves_numpy_global_state_alone():
     expected_next = np.random.random()
     np.random.seed(123)
     scores = np.random.default_rng(0).normal(size=10)
-    a = seed_statistics.estimate(scores, reps=200, seed=3)
+    a = stats.estimate(scores, reps=200, seed=3)
     assert np.random.random() == expected_next  # the caller's stream continues as if nothing happened
-    assert seed_statistics.estimate(scores, reps=200, seed=3) == a
-    assert seed_statistics.estimate(scores, reps=200, seed=4) != a
+    assert stats.estimate(scores, reps=200, seed=3) == a
+    assert stats.estimate(scores, reps=200, seed=4) != a
 
 
 def test_one_run_gives_a_collapsed_interval():
-    assert seed_statistics.estimate([5.0]) == seed_statistics.Estimate(5.0, 5.0, 5.0, 1)
+    assert stats.estimate([5.0]) == stats.Estimate(5.0, 5.0, 5.0, 1)
 
 
 def test_probability_of_improvement_against_rliable():
     x, y = np.array([3.0, 4.0, 5.0, 6.0]), np.array([1.0, 2.0, 3.5, 4.5])
-    value, lower, upper = seed_statistics.probability_of_improvement(x, y, reps=300, seed=2)
+    value, lower, upper = stats.probability_of_improvement(x, y, reps=300, seed=2)
     # hand count: pairs with x > y over 16, ties none
     assert value == pytest.approx(sum(a > b for a in x for b in y) / 16)
     np.random.seed(2)
@@ -90,7 +85,7 @@ def test_probability_of_improvement_against_rliable():
 def test_percent_change_is_a_percentage_of_the_reference():
     dense = np.array([100.0, 110.0, 90.0, 100.0])
     compressed = dense * 0.8
-    change = seed_statistics.percent_change(compressed, dense, reps=300)
+    change = stats.percent_change(compressed, dense, reps=300)
     assert change.value == pytest.approx(-20.0)
     assert change.lower <= -20.0 <= change.upper
 
@@ -101,38 +96,37 @@ def test_percent_change_is_a_percentage_of_the_reference():
 )
 def test_bad_scores_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
-        seed_statistics.estimate(bad)
+        stats.estimate(bad)
 
 
 def test_bad_metric_and_options_are_named():
     with pytest.raises(ValueError, match="unknown metric 'best'"):
-        seed_statistics.estimate([1.0, 2.0], metric="best")
+        stats.estimate([1.0, 2.0], metric="best")
     with pytest.raises(ValueError, match="confidence"):
-        seed_statistics.estimate([1.0, 2.0], confidence=95)
+        stats.estimate([1.0, 2.0], confidence=95)
     with pytest.raises(ValueError, match="reps"):
-        seed_statistics.estimate([1.0, 2.0], reps=0)
+        stats.estimate([1.0, 2.0], reps=0)
 
 
-def test_estimates_by_groups_a_runs_table_and_the_root_alias():
+def test_estimates_by_groups_a_runs_table():
     frame = pd.DataFrame({"method": ["dense", "dense", "gst", "gst"], "ret": [1.0, 3.0, 2.0, 2.0]})
-    table = seed_statistics.estimates_by(frame, "ret", reps=50)
+    table = stats.estimates_by(frame, "ret", reps=50)
     assert list(table["method"]) == ["dense", "gst"]
     assert table["value"].tolist() == pytest.approx([2.0, 2.0])
-    assert rlq.stats.estimates_by is seed_statistics.estimates_by  # the public name of the same function
     with pytest.raises(ValueError, match="no column"):
-        seed_statistics.estimates_by(frame, "eval_return")
+        stats.estimates_by(frame, "eval_return")
 
 
 def test_estimate_round_trips_through_its_recorded_dict():
-    e = seed_statistics.Estimate(1.5, 1.0, 2.0, 3)
-    assert seed_statistics.Estimate.from_dict(e.as_dict(unit="%")) == e
+    e = stats.Estimate(1.5, 1.0, 2.0, 3)
+    assert stats.Estimate.from_dict(e.as_dict(unit="%")) == e
     with pytest.raises(ValueError, match="value, lower and upper"):
-        seed_statistics.Estimate.from_dict({"value": 1.0})
+        stats.Estimate.from_dict({"value": 1.0})
 
 
 def test_as_records_keys_each_method_with_its_prefix():
-    table = seed_statistics.interval_estimates({"a": [1.0, 2.0, 3.0]}, metrics=("iqm",), reps=50)
-    records = seed_statistics.as_records(table, prefix="ret ", unit="return")
+    table = stats.interval_estimates({"a": [1.0, 2.0, 3.0]}, metrics=("iqm",), reps=50)
+    records = stats.as_records(table, prefix="ret ", unit="return")
     assert list(records) == ["ret a"]
     assert records["ret a"] == {
         **table.iloc[0][["value", "lower", "upper"]].to_dict(),

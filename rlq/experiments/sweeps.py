@@ -4,7 +4,7 @@ A sweep folder is ``<out>/sweeps/<experiment>/<UTC timestamp>-<short id>/``. It 
 experiment, preset, fixed ``-p`` overrides, the grid, and per point its grid values, full parameters, run
 folder and status), ``summary.csv`` (one row per point: its grid values, status and the numbers its
 notebook recorded) and, when ``seed`` is a grid key, ``seeds.csv`` (per point of the other grid keys and
-per recorded number: the IQM over seeds with its 95% bootstrap interval, :func:`rlq.experiments.seed_statistics.estimate`,
+per recorded number: the IQM over seeds with its 95% bootstrap interval, :func:`rlq.stats.estimate`,
 plus mean and standard deviation). Each point's run folder is ``<sweep folder>/<experiment>/<timestamp>-<id>/``,
 an ordinary run folder that ``rlq report`` and ``rlq run --resume`` understand.
 
@@ -264,7 +264,7 @@ def _results(run: Path) -> dict[str, Any]:
 
 def seed_table(summary: pd.DataFrame, others: list[str]) -> pd.DataFrame:
     """Return per point of the ``others`` grid keys and per recorded number its IQM over seeds with interval."""
-    from rlq.experiments.seed_statistics import estimate
+    from rlq.stats import estimate
 
     done = summary[summary["status"] == "ok"]
     skip = {"point", "seed", "status", "run", "run_seconds", "train_seconds", *others}

@@ -7,7 +7,7 @@ from typing import Any
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from rlq.experiments.campaign import (
+    from rlq.claims.campaign import (
         campaign_state,
         claim_outcomes,
         expected_minutes,
@@ -39,7 +39,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from rlq.experiments.campaign import run_campaign
+    from rlq.claims.campaign import run_campaign
 
     if args.hours <= 0 or args.workers < 1:
         raise ValueError(

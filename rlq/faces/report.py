@@ -4,7 +4,7 @@
 per claim family, then the papers' settings, later work and the runs) and prints the verdicts as text;
 ``--format md`` also writes them as a Markdown table (``runs/report.md``). Every claim of ``data/claims.csv``
 is judged on every preset that measured it, among the run folders under ``runs/`` and the published results
-under ``data/results/`` (:mod:`rlq.faces.report_claims`); :mod:`rlq.experiments.claim_verdicts` holds the rule on a
+under ``data/results/`` (:mod:`rlq.faces.report_claims`); :mod:`rlq.claims.verdicts` holds the rule on a
 preset and across presets. No machine path appears in the output.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from rlq.claims.verdicts import OUTCOMES
 from rlq.core.jsonio import read_json
-from rlq.experiments.claim_verdicts import OUTCOMES
 from rlq.experiments.paper import paper_numbers
 from rlq.experiments.paths import data_dir, repo_root
 from rlq.experiments.results import variant_params

@@ -3,7 +3,7 @@
 One row per claim, metric version, preset and run (:func:`claims_table`). On each preset the published
 result answers (else the newest finished run folder); every other finished run of the same preset is a
 ``replication`` row shown beside it, never dropped. Each current claim's verdict across its presets is the
-rule of :func:`rlq.experiments.claim_verdicts.overall`, repeated on each of its rows (``overall``, ``overall_reason``).
+rule of :func:`rlq.claims.verdicts.overall`, repeated on each of its rows (``overall``, ``overall_reason``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rlq.experiments.claim_measure import measure
-from rlq.experiments.claim_spec import FAMILIES, ClaimSpec, claim_specs
-from rlq.experiments.claim_verdicts import Verdict, judge, judge_joint, overall
+from rlq.claims.measure import measure
+from rlq.claims.spec import FAMILIES, ClaimSpec, claim_specs
+from rlq.claims.verdicts import Verdict, judge, judge_joint, overall
 from rlq.experiments.paper import paper_numbers
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The README's table of confirmatory verdicts: every registered claim, its seeds done and its outcome.
 
-Only runs of the registered design (:mod:`rlq.experiments.claim_design`), published by ``rlq campaign``,
+Only runs of the registered design (:mod:`rlq.claims.design`), published by ``rlq campaign``,
 decide a verdict here; exploratory results are reported apart (:mod:`rlq.faces.report_claims`).
 """
 
@@ -9,15 +9,15 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from rlq.experiments import confirmatory_statistics as cs
-from rlq.experiments.campaign import (
+from rlq.claims import confirmatory_statistics as cs
+from rlq.claims.campaign import (
     campaign_state,
     claim_outcomes,
     expected_minutes,
     registered_commit,
     results_root,
 )
-from rlq.experiments.claim_design import RegisteredClaim
+from rlq.claims.design import RegisteredClaim
 from rlq.experiments.paths import repo_root
 
 HEADER = "| Claim | Paper | Registered test | Seeds done | Ours [one-sided 95% bounds] | Verdict |"

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlq.experiments.shared_figures import TEMPLATE
+from rlq.analysis.shared_figures import TEMPLATE
 from rlq.faces.report_text import interval, paper_text, sig
 
 COLOURS = {

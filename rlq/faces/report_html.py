@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from rlq.experiments.claim_verdicts import OUTCOMES
+from rlq.claims.verdicts import OUTCOMES
 from rlq.faces.report import (
     NOT_MEASURED,
     claim_text,

@@ -84,7 +84,7 @@ GST_X_LABEL = {"gst_a2c_atari": "agent steps (4 frames each)"}
 
 def _gst_run(run: Committed) -> Figures:
     """GST on RL: compression over training (history.csv) and the training return (curve.csv, when committed)."""
-    from rlq.experiments.gst.compression_figures import compression_figure, training_return_figure
+    from rlq.analysis.gst.compression_figures import compression_figure, training_return_figure
     from rlq.experiments.paper import paper_value
 
     x_label = GST_X_LABEL.get(run.experiment, "environment steps")
@@ -112,7 +112,7 @@ def _gst_run(run: Committed) -> Figures:
 
 def _baseline(run: Committed) -> Figures:
     """The dense fp32 reference: its learning curve beside a random policy's return."""
-    from rlq.experiments.shared_figures import learning_curve_figure
+    from rlq.analysis.shared_figures import learning_curve_figure
 
     r = run.results
     title = (
@@ -125,8 +125,8 @@ def _baseline(run: Committed) -> Figures:
 
 def _sweep(run: Committed) -> Figures:
     """The S_shift sweep: compression and return per configuration, then GST's compression over training."""
-    from rlq.experiments.gst import sweep_numbers, sweep_table
-    from rlq.experiments.gst.compression_figures import sweep_compression_figure, sweep_figure
+    from rlq.analysis.gst import sweep_numbers, sweep_table
+    from rlq.analysis.gst.compression_figures import sweep_compression_figure, sweep_figure
 
     summary = run.table("summary")
     table = sweep_table(summary)
@@ -141,7 +141,7 @@ def _sweep(run: Committed) -> Figures:
 
 def _classification(run: Committed) -> Figures:
     """ResNet-32 per method: test accuracy and compression per epoch, averaged over seeds."""
-    from rlq.experiments.gst import mean_over_seeds
+    from rlq.analysis.gst import mean_over_seeds
     from rlq.vision.figures import training_figure
 
     title = f"{run.label}: ResNet-32, {run.params.get('epochs')} epochs, mean over seeds"
@@ -150,7 +150,7 @@ def _classification(run: Committed) -> Figures:
 
 def _ptq(run: Committed) -> Figures:
     """Post-training quantization: each agent's return per precision, then return against weight bits."""
-    from rlq.experiments.quarl.quantization_figures import bit_sweep_figure, ptq_bars_figure
+    from rlq.analysis.quarl.quantization_figures import bit_sweep_figure, ptq_bars_figure
 
     bars = ptq_bars_figure(run.table("ptq_summary"))
     bars.update_layout(title=f"{run.label}: each agent at fp32, fp16 and int8")
@@ -160,8 +160,8 @@ def _ptq(run: Committed) -> Figures:
 
 def _qat(run: Committed) -> Figures:
     """QAT against PTQ: mean return per weight width, fp32 dashed."""
-    from rlq.experiments.quarl.quantization_figures import qat_vs_ptq_figure
-    from rlq.experiments.quarl.quantization_tables import qat_summary
+    from rlq.analysis.quarl.quantization_figures import qat_vs_ptq_figure
+    from rlq.analysis.quarl.quantization_tables import qat_summary
 
     figure = qat_vs_ptq_figure(qat_summary(run.table("qat")))
     return [
@@ -171,15 +171,15 @@ def _qat(run: Committed) -> Figures:
 
 def _actorq(run: Committed) -> Figures:
     """ActorQ: int8 over fp32 per replay-rate regime, the cost model at the paper's setting, the learning curves."""
-    from rlq.experiments.quarl.quantization_figures import regime_figure, speedup_curve_figure
+    from rlq.analysis.quarl.quantization_figures import regime_figure, speedup_curve_figure
 
     regimes = regime_figure(run.table("regime_comparison"), run.table("regime_estimates"))
     figures = [("regimes", regimes), ("paper_setting", speedup_curve_figure(run.table("paper_curve")))]
     if run.has("convergence_curve") and run.has(
         "convergence_runs"
     ):  # the convergence section's learning curves
-        from rlq.experiments.quarl.convergence import return_at
-        from rlq.experiments.quarl.quantization_figures import convergence_figure
+        from rlq.analysis.quarl.convergence import return_at
+        from rlq.analysis.quarl.quantization_figures import convergence_figure
 
         curve = run.table("convergence_curve")
         thresholds = run.table("convergence_runs").groupby("task")["threshold"].first().to_dict()
@@ -194,7 +194,7 @@ def _actorq(run: Committed) -> Figures:
 
 def _combo(run: Committed) -> Figures:
     """Sparsity with quantization: per task, return against bits per weight with the Pareto front."""
-    from rlq.experiments.pareto_figures import pareto_figure
+    from rlq.analysis.pareto_figures import pareto_figure
 
     reference = {"20x (1.6 bits)": 1.6, "50x (0.64)": 0.64}
     return [

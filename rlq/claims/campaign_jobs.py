@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlq.experiments.claim_design import SEED_START, RegisteredClaim
+from rlq.claims.design import SEED_START, RegisteredClaim
 
 TASK_RUNS = {"td3_pendulum": ["TD3", "Pendulum-v1", "zoo"]}
 """QuaRL's arms: the training run (algorithm, environment, rl-zoo3's budget) each names."""

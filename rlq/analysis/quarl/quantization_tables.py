@@ -126,7 +126,7 @@ def ptq_estimates(summary: pd.DataFrame, reps: int = 2000) -> dict[str, dict[str
     negation), ``int8_weights_only_change_pct`` and ``lowest_bits_within_tolerance`` (weights-only, bits; 32
     where no width keeps the return); empty when no agent solved its task.
     """
-    from rlq.experiments.seed_statistics import estimate
+    from rlq.stats import estimate
 
     solved = summary[summary["solved"]].assign(enough_bits=lambda d: enough_bits(d))
     if solved.empty:
@@ -155,7 +155,7 @@ def precision_intervals(ptq: pd.DataFrame, reps: int = 2000) -> pd.DataFrame:
     One row per precision (``method``): fp16, int8 kernels, int8 weights-only, every weights-only width,
     and the noise control per width (each agent's mean over its draws).
     """
-    from rlq.experiments.seed_statistics import interval_estimates
+    from rlq.stats import interval_estimates
 
     judged = ptq[ptq["solved"]] if ptq["solved"].any() else ptq
     judged = judged[judged.backend == "torch"].assign(change_pct=lambda d: 100 * d["relative_change"])

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlq.experiments.shared_figures import TEMPLATE
+from rlq.analysis.shared_figures import TEMPLATE
 
 PRECISION_COLORS = {"fp32": "#636efa", "fp16": "#00cc96", "int8": "#ef553b"}
 """One color per actor precision, in every ActorQ figure."""
@@ -15,7 +15,7 @@ PRECISION_COLORS = {"fp32": "#636efa", "fp16": "#00cc96", "int8": "#ef553b"}
 def ptq_bars_figure(summary: pd.DataFrame) -> go.Figure:
     """Return each agent's mean return at fp32, fp16, int8 kernels, weights-only int8 (and ONNX int8), as grouped bars.
 
-    ``summary`` is :func:`rlq.experiments.quarl.ptq_summary`'s table: one group per run and seed, an
+    ``summary`` is :func:`rlq.analysis.quarl.ptq_summary`'s table: one group per run and seed, an
     unsolved agent marked as such.
     """
     columns = ["fp32", "fp16", "int8", "int8_weights_only"] + (
@@ -110,7 +110,7 @@ def bit_sweep_figure(ptq: pd.DataFrame, tolerance: float) -> go.Figure:
 def qat_vs_ptq_figure(summary: pd.DataFrame) -> go.Figure:
     """Return per run the mean return of QAT and PTQ against bit width (error bars: std over seeds), fp32 dashed.
 
-    ``summary`` is :func:`rlq.experiments.quarl.qat_summary`'s table; one panel per run.
+    ``summary`` is :func:`rlq.analysis.quarl.qat_summary`'s table; one panel per run.
     """
     runs = list(summary["run"].unique())
     fig = make_subplots(rows=1, cols=len(runs), subplot_titles=[f"{run}: QAT against PTQ" for run in runs])
@@ -141,8 +141,8 @@ def qat_vs_ptq_figure(summary: pd.DataFrame) -> go.Figure:
 def regime_figure(comparison: pd.DataFrame, estimates: pd.DataFrame, target: float = 1.5) -> go.Figure:
     """Return per regime the measured speedup of each seed, its IQM with 95% interval, and the predicted speedup.
 
-    ``comparison`` and ``estimates`` are :func:`rlq.experiments.quarl.regime_comparison` and
-    :func:`~rlq.experiments.quarl.regime_estimates`; the dotted line is ``target`` (the paper's lower end).
+    ``comparison`` and ``estimates`` are :func:`rlq.analysis.quarl.regime_comparison` and
+    :func:`~rlq.analysis.quarl.regime_estimates`; the dotted line is ``target`` (the paper's lower end).
     """
     fig = go.Figure()
     styles = {
@@ -179,7 +179,7 @@ def regime_figure(comparison: pd.DataFrame, estimates: pd.DataFrame, target: flo
 def speedup_curve_figure(curve: pd.DataFrame, paper_range: tuple[float, float] = (1.5, 2.5)) -> go.Figure:
     """Return the predicted speedup at the paper's setting against how much faster the learner is than this CPU's.
 
-    ``curve`` is :func:`rlq.experiments.quarl.paper_setting_curve`'s table; the band is the paper's range. A
+    ``curve`` is :func:`rlq.analysis.quarl.paper_setting_curve`'s table; the band is the paper's range. A
     ``measured`` column, where present, is drawn as points (e.g. a GPU learner's measured factor and speedup).
     """
     fig = go.Figure()
@@ -208,7 +208,7 @@ def convergence_figure(
 ) -> go.Figure:
     """Return the return's IQM and 95% band over seeds against environment steps (left) and wall time (right).
 
-    One row per task; ``by_steps`` and ``by_time`` are :func:`rlq.experiments.quarl.return_at` tables, and
+    One row per task; ``by_steps`` and ``by_time`` are :func:`rlq.analysis.quarl.return_at` tables, and
     ``thresholds`` each task's return threshold (dotted).
     """
     tasks = list(by_steps["task"].unique())

@@ -10,7 +10,7 @@ count was powered for, and, where no runs can decide the claim here, the outcome
 Confirmatory seeds start at :data:`SEED_START`; nothing run before the registration used them. A one-seed
 pilot (``pilot``, e.g. ``dense:900``) runs first where the setting must be checked, and is exploratory: its
 value gates the claim (``floor``) and is never pooled into the verdict. The verdict rule is
-:func:`judge`; the statistics are :mod:`rlq.experiments.confirmatory_statistics`.
+:func:`judge`; the statistics are :mod:`rlq.claims.confirmatory_statistics`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rlq.experiments import confirmatory_statistics as cs
-from rlq.experiments.claim_spec import key_value_pairs
+from rlq.claims import confirmatory_statistics as cs
+from rlq.claims.spec import key_value_pairs
 from rlq.experiments.paths import data_dir
 
 SPEC_FILE = "claims_confirmatory.csv"
@@ -326,6 +326,6 @@ def simulated_values(claim: RegisteredClaim, shift: float) -> np.ndarray:
 
 def core_hours(claims: list[RegisteredClaim]) -> float:
     """Return the registered jobs' expected core-hours (each job one core for its ``job_minutes``)."""
-    from rlq.experiments.campaign_jobs import registered_jobs
+    from rlq.claims.campaign_jobs import registered_jobs
 
     return math.fsum(job.minutes for job in registered_jobs(claims)) / 60.0

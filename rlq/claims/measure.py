@@ -12,8 +12,8 @@ Estimators (``scale`` multiplies the column first; ``m`` is the claim's method, 
   schedule) pairs with every seed of ``m``.
 - ``paired_difference_common``: IQM of ``m - r`` over the seeds both ran; ``paired_difference_neg``: of ``r - m``.
 - ``paired_iqm_drop``: 100 (IQM(r) - IQM(m)) / |IQM(r)| with seeds resampled in pairs
-  (:func:`rlq.experiments.seed_statistics.paired_percent_drop`); ``unpaired_iqm_drop``: the same, each method
-  resampled on its own (minus :func:`rlq.experiments.seed_statistics.percent_change`).
+  (:func:`rlq.experiments.stats.paired_percent_drop`); ``unpaired_iqm_drop``: the same, each method
+  resampled on its own (minus :func:`rlq.experiments.stats.percent_change`).
 - ``paired_change_pct``: IQM over pairs of 100 (m - r) / |r|; ``paired_ratio``: IQM over pairs of r / m.
 - ``recorded``: the estimate the notebook recorded (tables too involved to restate here: PTQ, QAT, speedups).
 """
@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlq.experiments import seed_statistics
-from rlq.experiments.claim_spec import ClaimSpec, claim_specs
+from rlq import stats
+from rlq.claims.spec import ClaimSpec, claim_specs
 from rlq.experiments.results import normalize_method_names
-from rlq.experiments.seed_statistics import Estimate
+from rlq.stats import Estimate
 
 PAIR_KEYS = ("env_id", "task", "seed")
 """Columns that pair two runs: the same task and seed."""
@@ -90,7 +90,7 @@ def measure_table(  # noqa: PLR0911
         values = m.to_numpy(dtype=float)
         if not len(values):
             return None
-        return Measurement(seed_statistics.estimate(values, **options), _same(values), False)
+        return Measurement(stats.estimate(values, **options), _same(values), False)
     r = _arm(spec, table, spec.reference)
     x, y = _paired(m, r, broadcast=spec.estimator == "paired_difference")
     if spec.estimator == "unpaired_iqm_drop":
@@ -100,9 +100,9 @@ def measure_table(  # noqa: PLR0911
     ceiling = spec.ceiling is not None and bool(np.all(x == spec.ceiling) and np.all(y == spec.ceiling))
     if spec.estimator in ("paired_iqm_drop", "unpaired_iqm_drop"):
         if spec.estimator == "paired_iqm_drop":
-            est = seed_statistics.paired_percent_drop(x, y, **options)
+            est = stats.paired_percent_drop(x, y, **options)
         else:
-            change = seed_statistics.percent_change(x, y, **options)
+            change = stats.percent_change(x, y, **options)
             est = Estimate(-change.value, -change.upper, -change.lower, change.n)
         if not math.isfinite(est.value):
             return None  # the reference's IQM is 0: no scale to measure a drop in
@@ -117,7 +117,7 @@ def measure_table(  # noqa: PLR0911
     per_pair = per_pair[np.isfinite(per_pair)]
     if not len(per_pair):
         return None
-    return Measurement(seed_statistics.estimate(per_pair, **options), _same(per_pair), ceiling)
+    return Measurement(stats.estimate(per_pair, **options), _same(per_pair), ceiling)
 
 
 def table_metric(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rlq.experiments import seed_statistics
+from rlq import stats
 
 if TYPE_CHECKING:
     from rlq.vision import ImageData, TrainedClassifier
@@ -92,12 +92,10 @@ def classification_estimates(summary: pd.DataFrame, **options: Any) -> dict[str,
     out: dict[str, dict[str, Any]] = {}
     compression = of["gst"]["final_compression"].dropna()
     if len(compression):
-        out["gst_final_compression_pct"] = seed_statistics.estimate(
-            compression.to_numpy(), **options
-        ).as_dict("%")
+        out["gst_final_compression_pct"] = stats.estimate(compression.to_numpy(), **options).as_dict("%")
     drop = (of["dense"]["test_accuracy"] - of["gst"]["test_accuracy"]).dropna()
     if len(drop):
-        out["gst_accuracy_drop_pp"] = seed_statistics.estimate(drop.to_numpy(), **options).as_dict("%p")
+        out["gst_accuracy_drop_pp"] = stats.estimate(drop.to_numpy(), **options).as_dict("%p")
     return out
 
 

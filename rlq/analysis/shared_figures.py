@@ -47,7 +47,7 @@ def interval_figure(
 ) -> go.Figure:
     """Return a point-and-interval figure: one row per ``label`` value of ``table`` at ``metric``, seeds in the name.
 
-    ``table`` is :func:`rlq.experiments.seed_statistics.interval_estimates`'s (columns ``method, metric, value, lower,
+    ``table`` is :func:`rlq.stats.interval_estimates`'s (columns ``method, metric, value, lower,
     upper, n``), optionally with another label column; ``reference`` draws vertical lines (e.g. the paper's).
     """
     rows = table[table["metric"] == metric] if "metric" in table.columns else table

@@ -1,7 +1,7 @@
 """The rule that judges each claim of the specification on each preset, and the rule across presets.
 
-The claims, their metrics and thresholds are data (``data/claims.csv``, :mod:`rlq.experiments.claim_spec`);
-our number comes from the run's own table (:mod:`rlq.experiments.claim_measure`). On one preset a claim
+The claims, their metrics and thresholds are data (``data/claims.csv``, :mod:`rlq.claims.spec`);
+our number comes from the run's own table (:mod:`rlq.claims.measure`). On one preset a claim
 
 - is **by design** when every seed gave the same value: a quantity a fixed schedule sets (a pruning schedule's
   compression) is reported with whether it reaches the threshold, not judged over seeds;
@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from rlq.experiments.claim_measure import Measurement
-from rlq.experiments.claim_spec import FAMILIES, ClaimSpec, claim_specs
+from rlq.claims.measure import Measurement
+from rlq.claims.spec import FAMILIES, ClaimSpec, claim_specs
 
 VERDICTS = ("holds", "does not hold", "inconclusive")
 """The verdicts an interval can give."""

@@ -10,7 +10,7 @@ that the paper's claim needs (``requires``, e.g. ``dataset=cifar10``).
 
 A claim whose metric changed after results existed keeps its earlier version as a ``superseded`` row: the
 report judges it beside the ``current`` one, with both numbers. The file is written before the runs it judges,
-and a test holds every published run to it (:mod:`rlq.experiments.claim_measure`).
+and a test holds every published run to it (:mod:`rlq.claims.measure`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ ESTIMATORS = (
     "recorded",
     "joint",
 )
-"""How a claim's number is estimated over seeds (:func:`rlq.experiments.claim_measure.measure`)."""
+"""How a claim's number is estimated over seeds (:func:`rlq.claims.measure.measure`)."""
 
 FAMILIES = (
     "GST compression",

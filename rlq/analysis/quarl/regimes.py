@@ -125,7 +125,7 @@ def regime_estimates(comparison: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     Columns: regime, measure (measured_speedup, time_speedup, predicted_speedup), value, lower, upper, n. A
     measure with no finite value in a regime (no run reached the threshold) is left out.
     """
-    from rlq.experiments.seed_statistics import interval_estimates
+    from rlq.stats import interval_estimates
 
     rows = []
     for name, group in comparison.groupby("regime", sort=False):

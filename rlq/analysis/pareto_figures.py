@@ -1,6 +1,6 @@
 """``combo_sparse_quant`` figures: return (IQM with 95% interval over seeds) against bits per weight and against latency.
 
-Apart from :mod:`rlq.experiments.pareto`, so that its tables import no Plotly.
+Apart from :mod:`rlq.analysis.pareto`, so that its tables import no Plotly.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from rlq.experiments.pareto import pareto_front
-from rlq.experiments.shared_figures import TEMPLATE
+from rlq.analysis.pareto import pareto_front
+from rlq.analysis.shared_figures import TEMPLATE
 
 AXES = {
     "bits_per_weight": ("bits per weight of the deployed actor (log; dense fp32 = 32)", "log"),
@@ -25,7 +25,7 @@ def pareto_figure(
 ) -> go.Figure:
     """Return each method's return IQM with its 95% interval against ``cost`` (``bits_per_weight`` or ``latency_ratio``), Pareto front drawn.
 
-    ``summary`` is one task's rows of :func:`rlq.experiments.pareto.method_summary`. The front (non-dominated
+    ``summary`` is one task's rows of :func:`rlq.analysis.pareto.method_summary`. The front (non-dominated
     methods: no other has lower cost and higher return) is a dashed step line; dense's interval is a band.
     ``reference`` draws vertical lines, e.g. ``{"1.6 bits (20x)": 1.6}``.
     """

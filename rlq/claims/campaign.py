@@ -1,9 +1,9 @@
 """``rlq campaign``: run the registered confirmatory design job by job, and publish each job as it finishes.
 
-The design (:mod:`rlq.experiments.claim_design`) is registered by the commit that last changed
+The design (:mod:`rlq.claims.design`) is registered by the commit that last changed
 ``data/claims_confirmatory.csv``; every job trains under that commit, in a git worktree of it
 (``runs/campaign/code-<commit>``), through ``rlq run`` with the registered preset and the job's own arm and
-seed (:func:`rlq.experiments.campaign_jobs.job_overrides`). A job's folder is
+seed (:func:`rlq.claims.campaign_jobs.job_overrides`). A job's folder is
 ``runs/campaign/<experiment>/<published_as>/<arm>-<seed>/``: ``job.json`` (the job and its commit) and the
 run folder ``rlq run`` makes inside it.
 
@@ -34,10 +34,10 @@ from typing import Any
 
 import pandas as pd
 
+from rlq.claims.campaign_jobs import Job, job_overrides, registered_jobs
+from rlq.claims.design import SPEC_FILE, RegisteredClaim, judge, judge_joint, read_design
 from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, ProgressReader
-from rlq.experiments.campaign_jobs import Job, job_overrides, registered_jobs
-from rlq.experiments.claim_design import SPEC_FILE, RegisteredClaim, judge, judge_joint, read_design
 from rlq.experiments.paths import data_dir, repo_root
 from rlq.experiments.results import recover_folder, replace_folder
 from rlq.experiments.run_folders import RESULTS_FILE, run_state

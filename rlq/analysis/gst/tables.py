@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from rlq.experiments import seed_statistics
-from rlq.experiments.claim_measure import measure_table, table_metric
+from rlq import stats
+from rlq.claims.measure import measure_table, table_metric
 
 METHODS = ("dense", "pruning", "gst")
 """The compression methods of the GST notebooks: dense training, Zhu & Gupta's gradual (iterative) pruning, GST."""
@@ -86,9 +86,9 @@ def seed_estimates(
     ``avg_compression_gst_pct`` (GST's average compression, %), ``gap_gst_minus_pruning_pp`` (GST minus
     pruning on the seeds both ran, %p), ``gain_gst_vs_pruning_pp`` (the same, a fixed-schedule pruning paired
     with every GST seed), ``reward_drop_gst_vs_dense_pct`` (the drop of GST's score IQM below dense's, in % of
-    dense's: minus :func:`rlq.experiments.seed_statistics.percent_change`), ``reward_drop_paired_gst_vs_dense_pct`` (the
+    dense's: minus :func:`rlq.experiments.stats.percent_change`), ``reward_drop_paired_gst_vs_dense_pct`` (the
     same with seeds resampled in pairs) and ``score_iqm_<method>`` per method: the metrics of
-    ``data/claims.csv`` (:mod:`rlq.experiments.claim_measure`). A
+    ``data/claims.csv`` (:mod:`rlq.claims.measure`). A
     number whose runs are missing is left out. ``options`` go to the bootstrap (reps, confidence, seed).
     """
     score = score or score_column(summary)
@@ -96,18 +96,14 @@ def seed_estimates(
     of = {m: summary.loc[summary["method"] == m] for m in METHODS}
     compression = of["gst"]["avg_compression_ratio"].dropna()
     if len(compression):
-        out["avg_compression_gst_pct"] = seed_statistics.estimate(
-            100 * compression.to_numpy(), **options
-        ).as_dict("%")
+        out["avg_compression_gst_pct"] = stats.estimate(100 * compression.to_numpy(), **options).as_dict("%")
     gap = _paired(summary, "avg_compression_ratio", "gst", "pruning")
     if len(gap):
-        out["gap_gst_minus_pruning_pp"] = seed_statistics.estimate(100 * gap.to_numpy(), **options).as_dict(
-            "%p"
-        )
+        out["gap_gst_minus_pruning_pp"] = stats.estimate(100 * gap.to_numpy(), **options).as_dict("%p")
     dense, gst = (of[m][score].dropna().to_numpy() for m in ("dense", "gst"))
-    change = seed_statistics.percent_change(gst, dense, **options) if len(dense) and len(gst) else None
+    change = stats.percent_change(gst, dense, **options) if len(dense) and len(gst) else None
     if change is not None and not math.isnan(change.value):  # NaN: dense's IQM is 0, no scale
-        drop = seed_statistics.Estimate(-change.value, -change.upper, -change.lower, change.n)
+        drop = stats.Estimate(-change.value, -change.upper, -change.lower, change.n)
         out["reward_drop_gst_vs_dense_pct"] = drop.as_dict("%")
     gain = measure_table(table_metric("paired_difference", "avg_compression_ratio", "gst", "pruning", 100.0),
                          summary, **options)  # fmt: skip
@@ -119,7 +115,7 @@ def seed_estimates(
     for method, rows in of.items():
         values = rows[score].dropna().to_numpy()
         if len(values):
-            out[f"score_iqm_{method}"] = seed_statistics.estimate(values, **options).as_dict(score)
+            out[f"score_iqm_{method}"] = stats.estimate(values, **options).as_dict(score)
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlq.experiments import seed_statistics
+from rlq import stats
 from rlq.sb3.deployed import METHODS, method_label
 
 DENSE_BITS = 32.0
@@ -49,7 +49,7 @@ def method_summary(rows: pd.DataFrame, qat_bits: int = 4, reps: int = 2000) -> p
         threshold, _ = solved_threshold(str(env_id))
         for method in [m for m in METHODS if m in set(env_rows["method"])]:
             group = env_rows[env_rows["method"] == method]
-            est = seed_statistics.estimate(group["eval_return"].to_numpy(dtype=float), reps=reps)
+            est = stats.estimate(group["eval_return"].to_numpy(dtype=float), reps=reps)
             bits = float(group["bits_per_weight"].mean())
             out.append(dict(
                 env_id=env_id, method=method, label=method_label(method, qat_bits), return_iqm=est.value,
@@ -124,7 +124,7 @@ def combo_estimates(rows: pd.DataFrame, summary: pd.DataFrame, reps: int = 2000)
         values = np.asarray(values, dtype=float)
         values = values[~np.isnan(values)]
         if len(values):
-            out[name] = seed_statistics.estimate(values, reps=reps).as_dict(unit)
+            out[name] = stats.estimate(values, reps=reps).as_dict(unit)
 
     for method, group in env_rows.groupby("method", sort=False):
         add(f"return_{method}", group["eval_return"], "return")

@@ -1,7 +1,7 @@
 """ActorQ's convergence section (``quarl_actorq``): do int8 actors learn as fp32 ones do, and how much sooner?
 
 The runs are the notebook's ActorQ runs keyed ``(task, seed, precision)``, each configured by
-:func:`rlq.experiments.quarl.regimes.regime_config` with the task's overrides (its ``env_id`` among them), fp32
+:func:`rlq.analysis.quarl.regimes.regime_config` with the task's overrides (its ``env_id`` among them), fp32
 and int8 actors on every seed. From their evaluation histories:
 
 - :func:`convergence_curves`: every evaluation of every run (return against environment steps and wall time);
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from rlq.actorq.result import time_to_return
+from rlq.analysis.quarl.regimes import RegimeResults
 from rlq.core.validation import check_positive_int
-from rlq.experiments.quarl.regimes import RegimeResults
 
 CURVE_COLUMNS = ["task", "seed", "precision", "learner_steps", "env_steps", "wall_time_s", "eval_return",
                  "actor_saturated_share"]  # fmt: skip
@@ -89,7 +89,7 @@ def return_at(curves: pd.DataFrame, x: str = "env_steps", points: int = 5, seed:
     the points are spread evenly up to the smallest final ``x`` of the task's runs, and each run's return
     there is interpolated linearly between its evaluations.
     """
-    from rlq.experiments.seed_statistics import estimate
+    from rlq.stats import estimate
 
     if x not in ("env_steps", "wall_time_s"):
         raise ValueError(f"x={x!r}: choose env_steps or wall_time_s")
@@ -121,7 +121,7 @@ def convergence_estimates(runs: pd.DataFrame, precision: str = "int8", seed: int
     / fp32 final return on the same seed; ``time_to_threshold_s_<p>``; ``time_ratio``, fp32's time to the
     threshold over the quantized run's on the same seed (seeds where both reached it).
     """
-    from rlq.experiments.seed_statistics import estimate
+    from rlq.stats import estimate
 
     final = paired(runs, "final_return", precision)
     times = paired(runs, "time_to_threshold_s", precision)

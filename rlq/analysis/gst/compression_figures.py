@@ -10,7 +10,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlq.experiments.shared_figures import TEMPLATE
+from rlq.analysis.shared_figures import TEMPLATE
 
 METHOD_COLORS = {"dense": "#636efa", "pruning": "#ef553b", "gst": "#00cc96"}
 VARIANT_COLORS = ("#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52")
@@ -92,7 +92,7 @@ def method_bars_figure(
 ) -> go.Figure:
     """Return each method's average compression (beside the paper's for GST) as bars and its ``score`` as dots.
 
-    ``means`` is :func:`rlq.experiments.gst.method_means`'s table, one row per method.
+    ``means`` is :func:`rlq.analysis.gst.method_means`'s table, one row per method.
     """
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("Average compression ratio over training", score_title)
@@ -126,7 +126,7 @@ def gst_schedule_figure(
     updates where the reward had dropped (a back-off, then a pause). The target exists from the first
     pruning update on: before it, the shaded block-circulant phase has none.
     """
-    from rlq.experiments.gst.tables import gst_rows
+    from rlq.analysis.gst.tables import gst_rows
 
     gst = gst_rows(history)
     key = gst[list(group_keys)].iloc[0].tolist() if len(gst) else None
@@ -214,7 +214,7 @@ def reward_aware_demo_figure(sparsity: dict[str, Any], max_sparsity: float = 0.9
 def sweep_figure(table: pd.DataFrame, dense_return: float | None = None) -> go.Figure:
     """Return average compression and evaluation return against S_shift, one line per transition method.
 
-    ``table`` is :func:`rlq.experiments.gst.sweep_table`'s; ``dense_return`` draws the dense run's return.
+    ``table`` is :func:`rlq.analysis.gst.sweep_table`'s; ``dense_return`` draws the dense run's return.
     """
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("Average compression ratio", "Final evaluation return")
