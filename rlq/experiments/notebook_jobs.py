@@ -26,7 +26,7 @@ import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.run_folders import RESULTS_FILE, check_parameters_unchanged
-from rlq.rl.parallel import JOBS_FOLDER, JobFailure, JobsFailed, run_jobs
+from rlq.rl.parallel import JOBS_FOLDER, Executor, JobFailure, JobsFailed, run_jobs
 
 RUN_TABLES = ("summary", "history", "curve", "events")
 """The tables of a compressed run (:func:`rlq.sb3.run_record.compression_record`) gathered over runs and
@@ -45,9 +45,9 @@ def run_notebook_jobs(
 ) -> list[Any]:
     """Return ``[func(**job) for job in jobs]``, run ``workers`` at a time in processes or on Ray.
 
-    ``executor`` and ``ray_address`` (empty: a local Ray) are :func:`rlq.rl.parallel.run_jobs`'. Each result is
-    saved in ``out/jobs/`` under its job, and one saved there already is loaded instead of run. A failed job
-    does not stop the others: once they are done, ``out/results.json`` lists the failed ones under
+    ``executor`` and ``ray_address`` (empty: a local Ray) are :class:`rlq.rl.parallel.Executor`'s ``kind`` and
+    ``address``. Each result is saved in ``out/jobs/`` under its job, and one saved there already is loaded
+    instead of run. A failed job does not stop the others: once they are done, ``out/results.json`` lists the failed ones under
     ``failed_jobs`` and :class:`rlq.rl.parallel.JobsFailed` is raised, so ``rlq run --resume`` trains only
     those. Raises :class:`rlq.experiments.run_folders.ParametersChanged` before any job when this kernel
     changed a parameter since it made ``out``. ``progress`` (``print`` in a notebook) gets one line per finished run (:func:`run_line`).
@@ -60,8 +60,8 @@ def run_notebook_jobs(
             progress(run_line(labels[index], result))
 
     outcome = run_jobs(
-        func, jobs, workers=workers, on_result=finished, labels=labels, executor=executor,
-        ray_address=ray_address or None, store=Path(out) / JOBS_FOLDER, on_error="keep",
+        func, jobs, workers=workers, on_result=finished, labels=labels,
+        executor=Executor(executor, address=ray_address or None), store=Path(out) / JOBS_FOLDER, on_error="keep",
     )  # fmt: skip
     record_failed_jobs(out, outcome.failures)
     if outcome.failures:

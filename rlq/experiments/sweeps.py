@@ -177,7 +177,7 @@ def resume_sweep(
     ``on_point(point)`` is called as each point ends. ``sweep.json``, ``summary.csv`` and ``seeds.csv`` are
     rewritten as points end and when the sweep stops, interrupted or not.
     """
-    from rlq.rl.parallel import run_jobs
+    from rlq.rl.parallel import Executor, run_jobs
 
     path = Path(path)
     sweep = read_json(path / SWEEP_FILE)
@@ -211,7 +211,7 @@ def resume_sweep(
     try:
         run_jobs(
             run_point, jobs, workers=max_parallel, on_result=ended, labels=[point_label(p) for p in todo],
-            executor=executor, ray_address=ray_address, on_error="keep",
+            executor=Executor(executor, address=ray_address), on_error="keep",
         )  # fmt: skip
     finally:
         refresh_statuses(path, sweep)

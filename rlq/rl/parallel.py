@@ -5,17 +5,18 @@ Notebooks list their runs as jobs (keyword dicts for one top-level function) and
 - ``executor="processes"`` (the default): ``workers=1`` runs the jobs one after another in this process
   (what tests and 2-core machines use for predictability); ``workers > 1`` starts that many fresh processes
   (``spawn``: no forked PyTorch thread pools).
-- ``executor="ray"``: each job is a Ray task, at most ``workers`` at a time, each asking for ``resources``
-  (default one CPU). Ray joins the cluster at ``ray_address`` (``"auto"``: the one ``ray start`` started on
-  this machine) or starts a local instance of ``workers`` CPUs; Ray started here is shut down at the end,
-  a Ray already running in this process is used and left running.
+- ``executor="ray"``: each job is a Ray task, at most ``workers`` at a time. ``executor=Executor("ray",
+  address, resources)`` says more: each task asks for ``resources`` (default one CPU), and Ray joins the
+  cluster at ``address`` (``"auto"``: the one ``ray start`` started on this machine) or, without one, starts
+  a local instance of ``workers`` CPUs; Ray started here is shut down at the end, a Ray already running in
+  this process is used and left running.
 
 Results come back to this process (through Ray's object store on a cluster) and are returned in job order.
 With ``store`` (a run folder's ``jobs/``), each result is also saved there as it arrives, keyed by the job's
 ``keys``; a later call with the same store loads the saved results and runs only the other jobs, which is
-how ``rlq run --resume`` retrains only what is missing. ``keep_saved(job, result)`` decides whether a saved
-result still stands for a job (a caller compares the settings the result was built with): one that does
-not is run again. Jobs themselves write their checkpoints into the
+how ``rlq run --resume`` retrains only what is missing. A :class:`ResultStore` made with ``keep(job, result)``
+lets that decide whether a saved result still stands for a job (a caller compares the settings the result
+was built with): one that does not is run again. Jobs themselves write their checkpoints into the
 folders they are given: resuming a job part-way needs those folders on a file system every worker shares,
 while finished results need nothing shared.
 
@@ -62,6 +63,27 @@ JOBS_FOLDER = "jobs"
 """The folder of a run folder that holds each finished job's result (:class:`ResultStore`)."""
 ENV_PREFIX = "RLQ_"
 """Environment variables of this process that Ray tasks get too (progress file, run folder, notebooks)."""
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Where :func:`run_jobs` runs jobs: ``kind`` is ``"processes"`` or ``"ray"``.
+
+    For Ray, ``address`` is the cluster to join (None: start a local Ray; ``"auto"``: the one ``ray start``
+    started on this machine) and ``resources`` what each task asks for (``num_cpus``, ``num_gpus``,
+    ``memory``, ``resources``; default ``{"num_cpus": 1, "num_gpus": 0}``). Both are ignored by processes.
+    An unknown kind or bad resources raise ValueError here; ``resources`` holds the checked dict, with
+    ``num_cpus`` and ``num_gpus`` filled in.
+    """
+
+    kind: str = "processes"
+    address: str | None = None
+    resources: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise ValueError(f"executor must be one of {'|'.join(EXECUTORS)}, got {self.kind!r}")
+        object.__setattr__(self, "resources", _check_resources(self.resources))
 
 
 @dataclass
@@ -135,10 +157,18 @@ class ResultStore:
     is data, written by :mod:`rlq.core.plain_data` (numbers, strings, lists, dicts, numpy arrays, tensors,
     DataFrames): reading a store never runs code. Results saved as pickles (``*.pkl``, the store's format before JSON) are
     refused (:class:`PickledResults`) until :meth:`migrate_pickles` converts them.
+
+    ``keep(job, saved result)``, when given, must return True for :func:`run_jobs` to load a saved result,
+    else the job runs again (and its new result replaces the saved one).
     """
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, keep: Callable[[dict[str, Any], Any], bool] | None = None):
         self.folder = Path(folder)
+        self.keep = keep
+
+    def stands(self, job: dict[str, Any], result: Any) -> bool:
+        """Return whether a result saved for ``job`` is to be loaded (``keep``'s answer; True without ``keep``)."""
+        return self.keep is None or bool(self.keep(job, result))
 
     @staticmethod
     def key(job: dict[str, Any], label: str) -> dict[str, Any]:
@@ -282,80 +312,99 @@ class _Batch:
         )
 
 
-def run_jobs(  # noqa: C901, PLR0912, PLR0913
+def run_jobs(
     func: Callable[..., T],
     jobs: Sequence[dict[str, Any]],
     workers: int = 1,
     on_result: Callable[[int, T], None] | None = None,
     labels: Sequence[str] | None = None,
     *,
-    executor: str = "processes",
-    ray_address: str | None = None,
-    resources: dict[str, float] | None = None,
-    store: str | Path | None = None,
+    executor: str | Executor = "processes",
+    store: str | Path | ResultStore | None = None,
     on_error: str = "raise",
-    keep_saved: Callable[[dict[str, Any], Any], bool] | None = None,
 ) -> JobResults:
     """Return ``[func(**job) for job in jobs]`` (a :class:`JobResults`), computed ``workers`` at a time.
 
-    ``executor``: ``"processes"`` (``workers=1``: in this process) or ``"ray"`` (tasks on a local Ray or on
-    the cluster at ``ray_address``, each with ``resources`` such as ``{"num_cpus": 1, "num_gpus": 0}``).
-    ``on_result(index, result)`` is called as each job finishes (in completion order; results loaded from
-    ``store`` first). ``labels`` name the jobs in progress bars and lines (default ``job 1``, ...).
-    ``store``: a folder where each result is saved as it arrives and from which saved ones are loaded
-    instead of run; ``keep_saved(job, saved result)``, when given, must return True for a saved result to
-    be loaded, else the job runs again (and its new result replaces the saved one). ``on_error``:
-    ``"raise"`` the first job's error after all jobs ended, or ``"keep"`` going (``None`` in its place,
-    listed in ``.failures``).
+    ``executor``: ``"processes"`` (``workers=1``: in this process), ``"ray"`` (tasks on a local Ray), or an
+    :class:`Executor` (for Ray: the cluster's address and each task's resources, such as ``{"num_cpus": 1,
+    "num_gpus": 0}``). ``on_result(index, result)`` is called as each job finishes (in completion order;
+    results loaded from ``store`` first). ``labels`` name the jobs in progress bars and lines (default
+    ``job 1``, ...). ``store``: a folder or a :class:`ResultStore` where each result is saved as it arrives
+    and from which saved ones are loaded instead of run (those its ``keep`` accepts; the others run again,
+    and their new results replace the saved ones). ``on_error``: ``"raise"`` the first job's error after
+    all jobs ended, or ``"keep"`` going (``None`` in its place, listed in ``.failures``).
     """
     workers = check_positive_int("workers", workers)
     if not callable(func):
         raise TypeError(f"func must be callable, got {func!r}")
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {'|'.join(EXECUTORS)}, got {executor!r}")
+    executor = executor if isinstance(executor, Executor) else Executor(executor)
     if on_error not in ("raise", "keep"):
         raise ValueError(f"on_error must be 'raise' or 'keep', got {on_error!r}")
-    resources = _check_resources(resources)
-    jobs = [dict(job) for job in jobs]
-    labels = [str(label) for label in labels] if labels is not None else []
-    if labels and len(labels) != len(jobs):
-        raise ValueError(f"{len(labels)} labels for {len(jobs)} jobs")
-    labels = labels or [f"job {i + 1}" for i in range(len(jobs))]
-    batch_id = progress.new_id()
-    batch = _Batch(
-        func, jobs, labels, [f"{batch_id}.{i}" for i in range(len(jobs))],
-        ResultStore(store) if store is not None else None, on_result, [None] * len(jobs),
-    )  # fmt: skip
-    loaded = _load_saved(batch, keep_saved)
-    pending = [i for i in range(len(jobs)) if i not in loaded]
+    batch = _new_batch(func, jobs, labels, store, on_result)
+    loaded = _load_saved(batch)
+    pending = [i for i in range(len(batch.jobs)) if i not in loaded]
     # how many run side by side: never more than there are jobs to run, and one where they run in this process
-    used = min(workers, len(pending)) if executor == "ray" or workers > 1 else min(1, len(pending))
+    used = min(workers, len(pending)) if executor.kind == "ray" or workers > 1 else min(1, len(pending))
     if pending:
         progress.emit(
-            "jobs", ids=[batch.ids[i] for i in pending], labels=[labels[i] for i in pending], workers=used
+            "jobs",
+            ids=[batch.ids[i] for i in pending],
+            labels=[batch.labels[i] for i in pending],
+            workers=used,
         )
-    if executor == "ray" and pending:
-        _run_on_ray(batch, pending, workers, ray_address, resources)
+        _run_pending(batch, pending, workers, executor)
+    if batch.failures and on_error == "raise":
+        raise _first_error(batch)
+    return JobResults(batch.results, sorted(batch.failures, key=lambda f: f.index), sorted(loaded), used)
+
+
+def _new_batch(
+    func: Callable[..., Any],
+    jobs: Sequence[dict[str, Any]],
+    labels: Sequence[str] | None,
+    store: str | Path | ResultStore | None,
+    on_result: Callable[[int, Any], None] | None,
+) -> _Batch:
+    """Return the :class:`_Batch` of one :func:`run_jobs` call; ValueError when ``labels`` do not match ``jobs``."""
+    jobs = [dict(job) for job in jobs]
+    names = [str(label) for label in labels] if labels is not None else []
+    if names and len(names) != len(jobs):
+        raise ValueError(f"{len(names)} labels for {len(jobs)} jobs")
+    names = names or [f"job {i + 1}" for i in range(len(jobs))]
+    batch_id = progress.new_id()
+    if store is not None and not isinstance(store, ResultStore):
+        store = ResultStore(store)
+    return _Batch(
+        func, jobs, names, [f"{batch_id}.{i}" for i in range(len(jobs))], store, on_result, [None] * len(jobs)
+    )
+
+
+def _run_pending(batch: _Batch, pending: list[int], workers: int, executor: Executor) -> None:
+    """Run the ``pending`` jobs of ``batch`` on ``executor``, ``workers`` at a time (one: in this process)."""
+    if executor.kind == "ray":
+        _run_on_ray(batch, pending, workers, executor)
     elif workers == 1 or len(pending) <= 1:
         for index in pending:
             try:
-                result = run_job(func, batch.ids[index], labels[index], jobs[index])
+                result = run_job(batch.func, batch.ids[index], batch.labels[index], batch.jobs[index])
             except Exception as exc:  # the other jobs go on; KeyboardInterrupt stops them all
                 batch.failed(index, exc)
             else:
                 batch.finished(index, result)
     else:
         _run_in_processes(batch, pending, workers)
-    if batch.failures and on_error == "raise":
-        first = batch.failures[0]
-        error = batch.errors[first.index]
-        if len(batch.failures) > 1 or len(jobs) > 1:
-            error.add_note(
-                f"{len(batch.failures)} of {len(jobs)} jobs failed: "
-                + "; ".join(f"{f.label}: {f.error}" for f in batch.failures)
-            )
-        raise error
-    return JobResults(batch.results, sorted(batch.failures, key=lambda f: f.index), sorted(loaded), used)
+
+
+def _first_error(batch: _Batch) -> BaseException:
+    """Return the first failed job's error, with a note listing every failure when there was more than one job."""
+    first = batch.failures[0]
+    error = batch.errors[first.index]
+    if len(batch.failures) > 1 or len(batch.jobs) > 1:
+        error.add_note(
+            f"{len(batch.failures)} of {len(batch.jobs)} jobs failed: "
+            + "; ".join(f"{f.label}: {f.error}" for f in batch.failures)
+        )
+    return error
 
 
 def _check_resources(resources: dict[str, float] | None) -> dict[str, float]:
@@ -371,7 +420,7 @@ def _check_resources(resources: dict[str, float] | None) -> dict[str, float]:
     return resources
 
 
-def _load_saved(batch: _Batch, keep: Callable[[dict[str, Any], Any], bool] | None) -> set[int]:
+def _load_saved(batch: _Batch) -> set[int]:
     if batch.store is None:
         return set()
     paths = [batch.store.path(ResultStore.key(job, batch.labels[i])) for i, job in enumerate(batch.jobs)]
@@ -380,7 +429,7 @@ def _load_saved(batch: _Batch, keep: Callable[[dict[str, Any], Any], bool] | Non
     loaded = set()
     for index, job in enumerate(batch.jobs):
         found, result = batch.store.load(ResultStore.key(job, batch.labels[index]))
-        if found and (keep is None or keep(job, result)):
+        if found and batch.store.stands(job, result):
             batch.results[index] = result
             loaded.add(index)
             if batch.on_result is not None:
@@ -497,14 +546,13 @@ def start_ray(kwargs: dict[str, Any], tries: int = 3) -> None:
             )
 
 
-def _run_on_ray(
-    batch: _Batch, pending: list[int], workers: int, address: str | None, resources: dict[str, float]
-) -> None:
+def _run_on_ray(batch: _Batch, pending: list[int], workers: int, executor: Executor) -> None:
     import ray
 
+    resources = executor.resources or {}
     started = not ray.is_initialized()
     if started:
-        start_ray(ray_init_kwargs(workers, resources, address))
+        start_ray(ray_init_kwargs(workers, resources, executor.address))
     options = {k: v for k, v in resources.items() if k != "resources" or v}
     remote = ray.remote(_ray_task).options(max_retries=0, **options)
     func_ref = ray.put(batch.func)
