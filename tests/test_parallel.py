@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from rlq.rl.parallel import ResultStore, run_jobs
+from rlq.rl.parallel import Executor, ResultStore, run_jobs
 
 
 def test_in_process_results_follow_job_order_and_report_each():
@@ -86,8 +86,7 @@ def test_a_saved_result_that_no_longer_stands_for_its_job_runs_again(tmp_path):
     again = run_jobs(
         counted_divmod,
         jobs,
-        store=tmp_path / "jobs",
-        keep_saved=lambda job, saved: saved == divmod(7, job["b"]),
+        store=ResultStore(tmp_path / "jobs", keep=lambda job, saved: saved == divmod(7, job["b"])),
     )
     assert list(again) == [(3, 1), (1, 3)] and again.loaded == [0]
     assert sorted(p.name for p in calls.iterdir()) == ["0-1", "1-1", "1-2"]
@@ -107,13 +106,41 @@ def test_a_damaged_saved_result_runs_again(tmp_path):
     [
         ({"executor": "threads"}, "executor must be one of processes|ray"),
         ({"on_error": "ignore"}, "on_error must be"),
-        ({"resources": {"gpus": 1}}, "unknown key"),
-        ({"resources": {"num_cpus": -1}}, "num_cpus"),
     ],
 )
 def test_bad_options_name_the_problem(kwargs, match):
     with pytest.raises(ValueError, match=match):
         run_jobs(divmod_job, [{"a": 1, "b": 1}], **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"kind": "threads"}, "executor must be one of processes|ray"),
+        ({"kind": "ray", "resources": {"gpus": 1}}, "unknown key"),
+        ({"kind": "ray", "resources": {"num_cpus": -1}}, "num_cpus"),
+        ({"resources": {"num_gpus": True}}, "num_gpus"),
+    ],
+)
+def test_a_bad_executor_names_the_problem(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Executor(**kwargs)
+
+
+def test_run_jobs_takes_an_executor_or_its_kind_and_a_store_or_its_folder(tmp_path):
+    assert Executor("ray", "auto").resources == {"num_cpus": 1, "num_gpus": 0}
+    jobs = [{"a": 7, "b": 2}, {"a": 9, "b": 4}]
+    by_kind = run_jobs(divmod_job, jobs, executor="processes", store=tmp_path / "jobs")
+    assert by_kind == [(3, 1), (2, 1)] and by_kind.loaded == []
+    loaded = run_jobs(divmod_job, jobs, executor=Executor("processes"), store=tmp_path / "jobs")
+    assert loaded == by_kind and loaded.loaded == [0, 1]
+    kept = run_jobs(
+        divmod_job,
+        jobs,
+        executor=Executor(),
+        store=ResultStore(tmp_path / "jobs", keep=lambda job, _: job["a"] == 7),
+    )
+    assert kept == by_kind and kept.loaded == [0]
 
 
 def test_results_say_how_many_jobs_ran_side_by_side(tmp_path, monkeypatch):
@@ -226,7 +253,7 @@ def test_ray_returns_what_processes_return_and_reports_each_job(local_ray, tmp_p
     monkeypatch.setenv(PROGRESS_FILE_ENV, str(events_file))  # set after Ray started: tasks get it anyway
     jobs = [{"a": n, "b": 3} for n in range(5)]
     on_ray = run_jobs(
-        pid_and_divmod, jobs, workers=2, executor="ray", resources={"num_cpus": 1, "num_gpus": 0}
+        pid_and_divmod, jobs, workers=2, executor=Executor("ray", resources={"num_cpus": 1, "num_gpus": 0})
     )
     assert (
         [r[1] for r in on_ray]
