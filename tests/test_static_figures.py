@@ -140,3 +140,46 @@ def test_the_convergence_figure_names_the_tasks_it_draws():
     for task in runs["task"].unique():
         assert task in title, f"the convergence figure's title {title!r} does not name {task}"
     assert "dm_control/" not in title, f"{title!r} names the throughput sections' env id"
+
+
+def test_the_block_deploy_figures_show_each_arms_iqm_and_each_runs_ratio_against_its_target(tmp_path):
+    folder = tmp_path / "gst_block_deploy" / "medium"
+    folder.mkdir(parents=True)
+    returns = {"gst": [1.0, 2.0, 3.0, 4.0, 100.0], "gst_block": [10.0, 20.0, 30.0, 40.0, -50.0]}
+    pd.DataFrame(
+        [
+            {"method": arm, "seed": seed, "eval_return": r}
+            for arm, rs in returns.items()
+            for seed, r in enumerate(rs)
+        ]
+    ).to_csv(folder / "summary.csv", index=False)
+    latency = pd.DataFrame(
+        {
+            "method": ["gst", "gst", "gst_block", "gst_block"],
+            "seed": [0, 1, 0, 1],
+            "vs ORT int8 dense": [3.9, 4.1, 6.5, 7.0],
+            "vs rlq dense int8": [1.0, 1.01, 1.6, 1.7],
+        }
+    )
+    latency.to_csv(folder / "latency.csv", index=False)
+    targets = {"vs ORT int8 dense": 2.0, "vs rlq dense int8": 1.5}
+    (folder / "params.json").write_text(json.dumps({"env_id": "HalfCheetah-v5"}))
+    (folder / "results.json").write_text(json.dumps({"status": "ok", "speed_targets": targets}))
+
+    (name_r, figure_r), (name_s, figure_s) = committed_figures("gst_block_deploy", "medium", tmp_path)
+    assert (name_r, name_s) == ("returns", "speed")
+    # the interquartile mean of 5 values is the mean of the middle 3, each arm in its row
+    iqm = {arm: sum(sorted(rs)[1:4]) / 3 for arm, rs in returns.items()}
+    assert list(figure_r.data[0].x) == pytest.approx([iqm["gst"], iqm["gst_block"]])
+    assert list(figure_r.data[0].y) == ["gst (n=5)", "gst_block (n=5)"]
+    # every run's ratio is a point, in the panel of its measure, and each panel's dashed line is its target
+    points = sorted((t.xaxis, x, y) for t in figure_s.data for x, y in zip(t.x, t.y, strict=True))
+    expected = sorted(
+        (axis, row.method, row[measure])
+        for axis, measure in zip(("x", "x2"), targets, strict=True)
+        for _, row in latency.iterrows()
+    )
+    assert points == expected
+    lines = sorted((shape.xref, shape.y0, shape.line.dash) for shape in figure_s.layout.shapes)
+    assert lines == [("x domain", 2.0, "dash"), ("x2 domain", 1.5, "dash")]
+    assert "exploratory" in figure_s.layout.title.text

@@ -1,8 +1,9 @@
-"""Plotly figures both papers' notebooks share: the template and a learning curve (each paper's own are in its package)."""
+"""Plotly figures both papers' notebooks share: the template, a learning curve, intervals and speed ratios against targets (each paper's own are in its package)."""
 
 from __future__ import annotations
 
 import pandas as pd
+import plotly.express as px
 import plotly.graph_objects as go
 
 TEMPLATE = "plotly_white"
@@ -74,4 +75,35 @@ def interval_figure(
         title=title, xaxis_title=axis, template=TEMPLATE, height=140 + 40 * len(names), showlegend=False
     )
     fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def target_ratio_figure(
+    ratios: pd.DataFrame, targets: dict[str, float], title: str, label: str = "method"
+) -> go.Figure:
+    """Return one panel per ``targets`` column of ``ratios``: each run's ratio per ``label``, the target dashed.
+
+    ``ratios`` has one row per run (a ``label`` column, a ``seed`` column and one column per target, e.g.
+    ``"vs ORT int8 dense"``); ``targets`` maps each such column to the ratio it should reach.
+    """
+    missing = [c for c in (label, "seed", *targets) if c not in ratios.columns]
+    if missing:
+        raise ValueError(f"no column {missing} in the ratios table; it has {list(ratios.columns)}")
+    long = ratios.melt(
+        id_vars=[label, "seed"], value_vars=list(targets), var_name="against", value_name="x faster"
+    )
+    fig = px.strip(
+        long,
+        x=label,
+        y="x faster",
+        color=label,
+        facet_col="against",
+        hover_data=["seed"],
+        title=title,
+        category_orders={"against": list(targets)},
+    )
+    for column, target in enumerate(targets.values(), start=1):
+        fig.add_hline(y=target, line_dash="dash", col=column)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))  # "against=vs X" -> "vs X"
+    fig.update_layout(template=TEMPLATE)
     return fig

@@ -243,6 +243,24 @@ def _deploy(run: Committed) -> Figures:
     return [("stored_bytes", stored), ("returns", returns)]
 
 
+def _block_deploy(run: Committed) -> Figures:
+    """Block-pruned GST deployed (exploratory): return per arm, then each compiled actor's speed against its targets."""
+    from rlq.analysis.shared_figures import interval_figure, target_ratio_figure
+    from rlq.stats import estimates_by
+
+    returns = interval_figure(
+        estimates_by(run.table("summary"), "eval_return"),
+        unit="return",
+        title=f"{run.label}, exploratory: evaluation return per arm, IQM over seeds with 95% interval",
+    )
+    speed = target_ratio_figure(
+        run.table("latency"),
+        run.results["speed_targets"],
+        title=f"{run.label}, exploratory: batch-1 speed of each compiled final actor (dashed: the target)",
+    )
+    return [("returns", returns), ("speed", speed)]
+
+
 FIGURES: dict[str, Callable[[Committed], Figures]] = {
     "baseline_rl": _baseline,
     "gst_td3_mujoco": _gst_run,
@@ -255,6 +273,7 @@ FIGURES: dict[str, Callable[[Committed], Figures]] = {
     "quarl_actorq": _actorq,
     "combo_sparse_quant": _combo,
     "deploy_policy": _deploy,
+    "gst_block_deploy": _block_deploy,
 }
 """Experiment -> its headline figures, as (file name without .png, figure), from a committed run's tables."""
 
