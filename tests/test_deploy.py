@@ -349,3 +349,23 @@ def test_bad_options_and_inputs_are_refused():
     assert compiled(np.asfortranarray(inputs())).shape == (32, 6)  # non-contiguous input is copied
     with pytest.raises(ValueError, match="not compiled from this module"):
         error_bound(mlp((17, 32, 6)), compiled, inputs())
+
+
+def test_the_kernel_refuses_a_batch_holding_a_non_finite_value_and_computes_nothing():
+    if not kernels_available():
+        pytest.skip("rlq.deploy._policy_kernels is not built")
+    torch.manual_seed(0)
+    policy = compile_policy(nn.Sequential(nn.Linear(3, 2), nn.Tanh()), "int8")
+    obs = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    finite = obs.copy()
+    obs[1, 0], obs[3, 2] = np.nan, -np.inf
+    out = np.full((4, 2), 7.0, np.float32)
+    kernel = deploy_runtime._policy_kernels
+    assert kernel.forward(policy._program_ptr, obs, out, 4) == 2  # the rows refused, and nothing written
+    assert (out == 7.0).all()
+    assert kernel.forward(policy._program_ptr, finite, out, 4) == 0
+    np.testing.assert_array_equal(out, policy(finite))
+    # through the policy: the finite rows get their own actions, the others none
+    actions = policy(obs)
+    np.testing.assert_array_equal(actions[[0, 2]], out[[0, 2]])
+    assert np.isnan(actions[[1, 3]]).all()

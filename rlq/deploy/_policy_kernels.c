@@ -692,6 +692,17 @@ static void run_tile(const int64_t *program, int64_t nb, const float *obs, float
  * stay in L2 while each weight block is applied to all of them; a larger batch runs tile after tile */
 #define TILE 64
 
+/* the rows of x (batch x n_in floats) that hold NaN or an infinity */
+static Py_ssize_t nonfinite_rows(const float *x, Py_ssize_t batch, int64_t n_in) {
+    Py_ssize_t bad = 0;
+    for (Py_ssize_t b = 0; b < batch; b++) {
+        int finite = 1;
+        for (int64_t k = 0; k < n_in; k++) finite &= isfinite(x[b * n_in + k]) != 0;
+        bad += !finite;
+    }
+    return bad;
+}
+
 static PyObject *forward(PyObject *self, PyObject *args) {
     unsigned long long program_ptr;
     Py_buffer obs, out;
@@ -699,12 +710,15 @@ static PyObject *forward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Ky*w*n", &program_ptr, &obs, &out, &batch)) return NULL;
     const int64_t *program = (const int64_t *)(uintptr_t)program_ptr;
     PyObject *result = NULL;
+    Py_ssize_t bad = 0;
     const int64_t n_in = program[2], n_out = program[3], width = program[4], nbytes = program[5];
     if (program[0] != VERSION) {
         PyErr_Format(PyExc_ValueError, "program version %lld, this kernel runs %d", (long long)program[0], VERSION);
     } else if (batch < 0 || obs.len < (Py_ssize_t)(batch * n_in * sizeof(float)) ||
                out.len < (Py_ssize_t)(batch * n_out * sizeof(float))) {
         PyErr_SetString(PyExc_ValueError, "observation or output buffer too small for the batch");
+    } else if ((bad = nonfinite_rows((const float *)obs.buf, batch, n_in)) > 0) {
+        result = PyLong_FromSsize_t(bad); /* refused whole: no kernel quantizes a non-finite value */
     } else {
         /* per row: 4 float buffers and an int32 one of fw, 3 byte ones of bw (each padded to 64 bytes, with
          * 64 bytes of slack after the last row); per tile: the rows' scales and zero points */
@@ -730,8 +744,7 @@ static PyObject *forward(PyObject *self, PyObject *args) {
                 run_tile(program, nb, x + b * n_in, y + b * n_out, &tile);
             }
             Py_END_ALLOW_THREADS free(mem);
-            result = Py_None;
-            Py_INCREF(result);
+            result = PyLong_FromLong(0);
         }
     }
     PyBuffer_Release(&obs);
@@ -749,7 +762,8 @@ static PyObject *constants(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"forward", forward, METH_VARARGS,
-     "forward(program_ptr, obs, out, batch): run a packed program on `batch` float32 rows of obs into out."},
+     "forward(program_ptr, obs, out, batch): run a packed program on `batch` float32 rows of obs into out; "
+     "return 0, or the number of rows holding NaN or an infinity, in which case nothing is computed."},
     {"constants", constants, METH_NOARGS, "constants(): the op codes and layout sizes this build uses."},
     {NULL, NULL, 0, NULL}};
 
