@@ -28,6 +28,8 @@ from rlq.actorq.policy import architecture_of, policy_weights
 from rlq.compress import expand_circulant, is_block_circulant
 from rlq.compress.masks import prune_blocks_
 from rlq.deploy import FP32_RTOL, compile_policy, error_bound, kernels_available
+from rlq.rl.envs import make_env
+from rlq.rl.evaluate import EVAL_SEED_OFFSET
 
 TINY = dict(
     env_id="Pendulum-v1",
@@ -260,6 +262,52 @@ def test_a_compiled_actor_acts_as_compile_policy_of_the_learners_latest_broadcas
     np.testing.assert_array_equal(actor.act(obs[0], explore=False), after[0])
     if kind == "block_sparse":
         assert all(op.density == 0.25 for op in actor.engine.policy.ops if op.kernel == kernel)
+
+
+def test_engine_agreement_plays_the_same_policy_and_episodes_with_both_engines():
+    if not kernels_available():
+        pytest.skip("rlq's compiled policy kernels are not built here")
+    from rlq.actorq import engine_agreement
+
+    config = ActorQConfig(
+        **{**TINY, "eval_episodes": 2, "actor_backend": "compiled", "actor_precision": "int8"}
+    )
+    model = learner_policy("dense")
+    with torch.no_grad():  # a policy that moves: the learner's near-zero last layer would act 0 everywhere
+        for p in model.policy.actor.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    same = engine_agreement(config, model, reference="compiled")
+    assert same["returns"] == same["reference_returns"] and same["max_abs_action_difference"] == 0.0
+    assert same["observations"] == 2 * 200 and len(same["returns"]) == 2  # Pendulum: 200 steps an episode
+    got = engine_agreement(config, model)
+    assert (got["engine"], got["reference"]) == ("compiled", "torch")
+    # the same comparison made here: PyTorch int8 plays the episodes, both engines act on its observations
+    a = architecture_of(model)
+    policy = decode_policy(encode_policy(policy_weights(model), "int8", 0))
+    engines = {name: make_engine(a, "int8", name) for name in ("torch", "compiled")}
+    for engine in engines.values():
+        engine.load(policy)
+    env = make_env("Pendulum-v1")
+    seen, returns = [], []
+    for k in range(2):
+        obs, _ = env.reset(seed=config.seed + EVAL_SEED_OFFSET + k)
+        total, done = 0.0, False
+        while not done:
+            seen.append(np.asarray(obs, np.float32))
+            action = engines["torch"](seen[-1][None])[0][0]
+            obs, reward, terminated, truncated, _ = env.step(a.unscale(action))
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    actions = {name: np.stack([e(o[None])[0][0] for o in seen]) for name, e in engines.items()}
+    assert got["reference_returns"] == pytest.approx(returns, rel=1e-6)
+    assert got["max_abs_action_difference"] == pytest.approx(
+        np.abs(actions["compiled"] - actions["torch"]).max()
+    )
+    assert (
+        got["max_abs_action_difference"] > 0
+    )  # two int8 computations: codes per row, inputs quantized otherwise
+    with pytest.raises(ValueError, match="chose auto"):
+        engine_agreement(dataclasses.replace(config, actor_backend="auto"), model)
 
 
 # --- training ------------------------------------------------------------------------------------------

@@ -315,6 +315,16 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
         assert block_rows and all("sparse_int8 16x4" in row for row in block_rows), block_rows
         for table in ("summary", "parity", "latency", "flash", "targets"):
             assert (run_dir / f"{table}.csv").exists(), table
+        # the block arm's bits per weight count its block index: fewer bits than an index per kept weight
+        from stable_baselines3 import TD3
+
+        from rlq.quant.bits import bits_per_weight
+        from rlq.sb3 import load_compressed
+
+        summary = pd.read_csv(run_dir / "summary.csv").set_index("method")
+        actor = load_compressed(TD3, run_dir / "actors" / "gst_block__0.zip").policy.actor.mu
+        element_index = bits_per_weight(actor, bits="int8", per_channel=True)
+        assert summary.loc["gst_block", "actor_bits_per_weight_int8"] < element_index - 0.05
     if name == "baseline_rl":
         # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
         assert results["final_mean_return"] > max(150, 5 * results["random_mean_return"])

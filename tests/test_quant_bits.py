@@ -10,7 +10,9 @@ from rlq.compress import make_block_circulant_
 from rlq.compress.masks import prune_with_mask_
 from rlq.quant import WeightFakeQuant, bits_per_weight, prepare_qat_, ptq, size_report
 from rlq.quant.bits import (
+    expand_kept_blocks,
     index_bits,
+    kept_blocks,
     mark_weight_format_,
     relative_index_codes,
     relative_index_cost,
@@ -204,3 +206,74 @@ def test_a_module_without_weights_is_named_not_divided_by_zero():
     assert math.isnan(size_report(nn.Linear(0, 0))[0]["bits_per_weight"])
     mixed = nn.Sequential(nn.Linear(0, 0), nn.Linear(4, 2))  # an empty layer counts for nothing
     assert bits_per_weight(mixed) == pytest.approx(bits_per_weight(nn.Sequential(nn.Linear(4, 2))))
+
+
+def test_a_mask_of_whole_blocks_counts_a_block_index_when_asked():
+    # a 40x12 layer in 16x4 blocks: a 3x3 grid whose last block row holds 8 rows; keep blocks (0, 1) and (2, 2)
+    layer = nn.Linear(12, 40)
+    grid = torch.zeros(3, 3)
+    grid[0, 1] = grid[2, 2] = 1
+    mask = torch.zeros(40, 12)
+    mask[0:16, 4:8] = 1
+    mask[32:40, 8:12] = 1
+    prune_with_mask_(layer, "weight", mask)
+    assert torch.equal(kept_blocks(layer.weight_mask, (16, 4)), grid.bool())
+    assert torch.equal(expand_kept_blocks(grid.bool(), (16, 4), (40, 12)), mask.reshape(-1).bool())
+    element = size_report(layer, bits=8)[0]
+    (row,) = size_report(layer, bits=8, block=(16, 4))
+    # 96 values kept of 480; block positions 1 and 8 of 9: gaps 2 and 7, 3-bit codes: 6 bits < the 9-bit bitmask
+    assert (row["stored"], row["index_format"], row["index_width"], row["index_bits"]) == (
+        96,
+        "block_relative",
+        3,
+        6,
+    )
+    assert tuple(row["index_block"]) == (16, 4)
+    assert element["index_format"] in ("bitmask", "relative") and element["index_bits"] > 6
+    assert row["total_bits"] == 96 * 8 + 6 + 32
+    assert bits_per_weight(layer, bits=8, block=(16, 4)) == (96 * 8 + 6 + 32) / 480
+
+
+def test_a_mask_that_is_not_whole_blocks_keeps_its_element_index():
+    layer = nn.Linear(12, 40)
+    mask = torch.zeros(40, 12)
+    mask[0:16, 4:8] = 1
+    mask[5, 4] = 0  # one hole: the block is no longer whole
+    prune_with_mask_(layer, "weight", mask)
+    assert kept_blocks(layer.weight_mask, (16, 4)) is None
+    assert size_report(layer, bits=8, block=(16, 4)) == size_report(layer, bits=8)
+    with pytest.raises(ValueError, match="two positive ints"):
+        size_report(layer, bits=8, block=(16, 0))
+
+
+def test_block_indices_agree_with_rlq_compress_on_its_own_block_pruning():
+    from rlq.compress import magnitude_prune_
+    from rlq.compress.measures import block_storage
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(17, 64), nn.ReLU(), nn.Linear(64, 60), nn.ReLU(), nn.Linear(60, 6))
+    magnitude_prune_(net, 0.75, block=(16, 4))
+    rows = {r["name"]: r for r in size_report(net, bits=8, per_channel=True, block=(16, 4))}
+    stored = block_storage(net[2], (16, 4))
+    assert rows["2"]["index_format"].startswith("block_")
+    assert int(kept_blocks(net[2].weight_mask, (16, 4)).sum()) == stored["blocks"]
+    assert rows["2"]["stored"] == int(net[2].weight_mask.sum())
+    # the first and last layers stay dense
+    assert rows["0"]["index_format"] is None and rows["4"]["index_format"] is None
+
+
+def test_a_block_circulant_layer_pruned_in_whole_b_vectors_indexes_its_vectors():
+    from rlq.compress import magnitude_prune_
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+    make_block_circulant_(net[2], 4)
+    magnitude_prune_(net, 0.5, block=(16, 4))  # whole B-vectors of the block-circulant layer
+    (row,) = [r for r in size_report(net, bits=8, block=(16, 4)) if r["name"] == "2"]
+    # 8 x 8 B-vectors of 4 entries, half of them kept: the index covers 64 vectors, not 256 entries
+    assert row["kind"] == "block_circulant+pruned" and tuple(row["index_block"]) == (1, 4)
+    assert row["stored"] == 32 * 4
+    vectors = net[2].parametrizations["weight"].original_mask.reshape(8, 8, 4)
+    kept = vectors.amax(dim=2) > 0  # each B-vector kept or not, computed here from the mask
+    assert int(kept.sum()) == 32 and vectors[kept].all() and not vectors[~kept].any()
+    assert row["index_bits"] == min(64, relative_index_cost(kept)[2])

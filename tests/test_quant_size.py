@@ -221,7 +221,7 @@ def test_packed_files_of_format_1_still_load(tmp_path):
     assert header["layers"][2]["index_width"] == 6
     new = save_packed(combined_policy(), tmp_path / "new.rlqp")
     layer = packed_header(new)["layers"][2]
-    assert packed_header(new)["format"] == PACKED_FORMAT == 2
+    assert packed_header(new)["format"] == PACKED_FORMAT == 3
     # 13 kept of 128: 4-bit codes with fillers
     assert (layer["index_format"], layer["index_width"]) == ("relative", 4)
     assert layer["index_fillers"] > 0
@@ -239,9 +239,59 @@ def test_damaged_packed_files_are_refused_naming_the_problem(tmp_path):
     (tmp_path / "short.rlqp").write_bytes(data[:-40])
     with pytest.raises(ValueError, match="truncated"):
         load_packed(tmp_path / "short.rlqp")
-    (tmp_path / "future.rlqp").write_bytes(data.replace(b'"format":2', b'"format":9', 1))
+    (tmp_path / "future.rlqp").write_bytes(data.replace(b'"format":3', b'"format":9', 1))
     with pytest.raises(ValueError, match="packed format 9"):
         load_packed(tmp_path / "future.rlqp")
     (tmp_path / "other.rlqp").write_bytes(b"PK" + data[2:])
     with pytest.raises(ValueError, match="not a packed rlq file"):
         load_packed(tmp_path / "other.rlqp")
+
+
+def block_pruned_policy() -> nn.Sequential:
+    """A 64-wide actor whose 20x64 middle layer keeps whole 16x4 blocks (its edge block row holds 4 rows), int8 per row."""
+    torch.manual_seed(3)
+    m = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 20), nn.ReLU(), nn.Linear(20, 2), nn.Tanh())
+    grid = torch.zeros(2, 16)
+    grid[0, [1, 5, 6]] = 1  # three blocks of the first block row, one of the edge row
+    grid[1, 15] = 1
+    mask = grid.repeat_interleave(16, 0).repeat_interleave(4, 1)[:20]
+    from rlq.compress.masks import prune_with_mask_
+
+    prune_with_mask_(m[2], "weight", mask)
+    return m.eval()
+
+
+def test_a_packed_file_with_a_block_index_round_trips_and_its_size_is_bits_per_weight(tmp_path):
+    from rlq.quant import size_report
+    from rlq.quant.size import load_packed, packed_header, save_packed
+
+    model = block_pruned_policy()
+    path = save_packed(model, tmp_path / "block.rlqp", bits=8, per_channel=True, block=(16, 4))
+    header = packed_header(path)
+    middle = header["layers"][1]
+    # 32 blocks, 4 kept: a 32-bit block bitmask against relative block indices (gaps 2, 4, 1, 25: w=5, 20 bits)
+    assert (middle["index_format"], middle["index_block"], middle["index_entries"]) == (
+        "block_relative",
+        [16, 4],
+        4,
+    )
+    assert middle["stored"] == 3 * 64 + 4 * 4
+    assert middle["bytes"][0] == 3  # 20 bits of index, in whole bytes
+    rows = size_report(model, bits=8, per_channel=True, block=(16, 4))
+    for entry, row in zip(header["layers"], rows, strict=True):
+        assert row["index_bits"] <= 8 * entry["bytes"][0] < row["index_bits"] + 8
+    fresh = plain_policy_20()
+    fresh.load_state_dict(load_packed(path))
+    reference = plain_policy_20()
+    reference.load_state_dict(
+        load_packed(save_packed(model, tmp_path / "element.rlqp", bits=8, per_channel=True))
+    )
+    for key, value in reference.state_dict().items():  # the same weights as the element-indexed file
+        assert torch.equal(fresh.state_dict()[key], value), key
+    assert torch.equal(fresh[2].weight == 0, model[2].weight_mask == 0)
+
+
+def plain_policy_20() -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 20), nn.ReLU(), nn.Linear(20, 2), nn.Tanh()
+    )

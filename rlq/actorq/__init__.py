@@ -44,6 +44,7 @@ _HOMES = {
     "OnnxEngine": "inference",
     "TorchEngine": "inference",
     "choose_backend": "inference",
+    "engine_agreement": "evaluator",
     "make_engine": "inference",
     "measure_engines": "inference",
     "random_policy": "inference",
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     )
     from rlq.actorq.d4pg import D4PG, categorical_projection
     from rlq.actorq.driver import train
+    from rlq.actorq.evaluator import engine_agreement
     from rlq.actorq.inference import (
         CompiledEngine,
         OnnxEngine,
@@ -141,6 +143,7 @@ __all__ = [
     "choose_backend",
     "decode_policy",
     "encode_policy",
+    "engine_agreement",
     "expand_vectors",
     "learner_device",
     "make_engine",

@@ -27,20 +27,74 @@ class Evaluator:
         self.env = make_env(config.env_id)
 
     def __call__(self, blob: bytes) -> tuple[float, float]:
+        returns, _ = self.play(blob)
+        return float(np.mean(returns)), float(np.std(returns))
+
+    def play(self, blob: bytes) -> tuple[list[float], np.ndarray]:
+        """Return each evaluation episode's return and every observation the policy acted on (float32, stacked)."""
         self.engine.load(decode_policy(blob))
-        returns = []
+        returns, seen = [], []
         for k in range(self.config.eval_episodes):
             obs, _ = self.env.reset(seed=self.config.seed + EVAL_SEED_OFFSET + k)
             total, done = 0.0, False
             while not done:
-                out = self.engine(np.asarray(obs, dtype=np.float32).reshape(1, -1))
+                obs = np.asarray(obs, dtype=np.float32).reshape(1, -1)
+                seen.append(obs)
+                out = self.engine(obs)
                 action = np.tanh(out[0][0]) if self.arch.stochastic else out[0][0]
                 obs, reward, terminated, truncated, _ = self.env.step(self.arch.unscale(action))
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
-        return float(np.mean(returns)), float(np.std(returns))
+        return returns, np.concatenate(seen)
+
+    def actions(self, obs: np.ndarray) -> np.ndarray:
+        """Return the loaded policy's noise-free actions in [-1, 1], one observation a call as an actor acts.
+
+        One call each, not one batch: an engine that quantizes its inputs per call (PyTorch's dynamic int8
+        takes one scale per batch) acts on a batch otherwise than on its rows.
+        """
+        rows = [self.engine(row.reshape(1, -1))[0][0] for row in np.asarray(obs, dtype=np.float32)]
+        out = np.stack(rows)
+        return np.tanh(out) if self.arch.stochastic else out
 
     def close(self) -> None:
         """Close the evaluation environment."""
         self.env.close()
+
+
+def engine_agreement(config: ActorQConfig, model, reference: str = "torch") -> dict[str, object]:
+    """Return how the run's actor engine and ``reference`` act with the same final policy, on the same episodes.
+
+    ``model`` is the learner's (an :class:`~rlq.actorq.ActorQResult`'s ``model``); its policy is broadcast at
+    ``config.broadcast_precision`` and loaded into both engines at ``config.actor_precision``, and each plays
+    ``config.eval_episodes`` evaluation episodes from the same seeds. Keys: ``engine`` and ``reference`` (the
+    backends), ``returns`` and ``reference_returns`` (per episode), ``max_abs_action_difference`` (the largest
+    difference of the two engines' actions on every observation the reference acted on; actions in [-1, 1])
+    and ``observations`` (how many).
+    """
+    from rlq.actorq.broadcast import encode_policy
+    from rlq.actorq.policy import architecture_of, policy_weights
+
+    if config.actor_backend == "auto":
+        raise ValueError(
+            "engine_agreement compares a named actor_backend with the reference; this run chose auto"
+        )
+    arch = architecture_of(model)
+    blob = encode_policy(policy_weights(model), config.broadcast_precision, 0)
+    engine, other = Evaluator(config, arch, config.actor_backend), Evaluator(config, arch, reference)
+    try:
+        returns, _ = engine.play(blob)
+        reference_returns, seen = other.play(blob)
+        difference = np.abs(engine.actions(seen) - other.actions(seen)).max()
+    finally:
+        engine.close()
+        other.close()
+    return dict(
+        engine=config.actor_backend,
+        reference=reference,
+        returns=returns,
+        reference_returns=reference_returns,
+        max_abs_action_difference=float(difference),
+        observations=len(seen),
+    )

@@ -32,6 +32,14 @@ What each layer stores (the rule; structure is read from the module itself, as `
   to the one that needs no filler) with the fewest bits; a tie goes to the narrower. Unlike Deep
   Compression, whose filler is a stored zero weight, our filler stores no value (our design: the escape
   code costs one index slot, not a value slot as well). A layer with nothing kept stores no index.
+- **Block index** (only when asked, with ``block=(R, K)``). A mask that keeps whole ``R x K`` blocks of
+  the weight viewed 2-D as ``out x (in * prod(kernel))`` (edge blocks cropped; for a block-circulant
+  layer, whole B-vectors of its stored values: what ``rlq.compress`` prunes with ``block``) may instead
+  store its index over the block grid: a bitmask of one bit per block, or relative indices over the
+  blocks in row-major order, by the rule above; it is a candidate beside the two element indices, and the
+  cheapest of the four is counted (a tie goes to an element index). Kept values are counted as before,
+  entry by entry. The block-sparse int8 kernel of ``rlq.deploy`` stores its index per block the same way
+  (its exact bytes are its ``weight_bytes``).
 
 Per-layer headers (shapes, the index width, the chosen format) are not counted: a few bytes per layer,
 the "small header" of a packed file.
@@ -100,11 +108,13 @@ class LayerStorage:
     scale_axis: int | None
     """Axis of the stored tensor along which the scales vary (None: one scale, or none for floats)."""
     index_format: str | None
-    """``"bitmask"``, ``"relative"`` or None (no mask)."""
+    """``"bitmask"``, ``"relative"``, ``"block_bitmask"``, ``"block_relative"`` or None (no mask)."""
     index_width: int | None
     """``w`` of the relative indices (also given when the bitmask was cheaper), else None."""
     index_fillers: int | None
     """Filler codes the relative indices need at width ``index_width`` (None without a mask)."""
+    index_block: tuple[int, int] | None
+    """``(R, K)`` of the blocks (of the stored values viewed 2-D) that a block index counts, else None."""
     index_bits: int
     """Bits of the sparse index."""
     scales: int
@@ -177,6 +187,37 @@ def _cheaper_index(mask: Tensor) -> tuple[str, int, int, int]:
         if bitmask <= relative
         else ("relative", width, fillers, relative)
     )
+
+
+def stored_block(stored: Tensor, circulant: bool, block: tuple[int, int]) -> tuple[int, int]:
+    """Return the ``(R, K)`` blocks of ``stored`` viewed 2-D that ``block`` of the dense weight is (one B-vector if circulant)."""
+    if len(block) != 2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in block):
+        raise ValueError(f"block must be two positive ints (rows, inputs), got {block!r}")
+    return (1, math.prod(stored.shape[2:])) if circulant else (int(block[0]), int(block[1]))
+
+
+def kept_blocks(mask: Tensor, block: tuple[int, int]) -> Tensor | None:
+    """Return the bool map of ``mask``'s ``block``-shaped blocks that hold a kept entry, or None unless it keeps whole blocks.
+
+    ``mask`` is viewed as ``(shape[0], numel / shape[0])``; edge blocks that ``block`` does not fit are
+    cropped (whole means every entry of the block inside the tensor).
+    """
+    rows, cols = block
+    flat = (mask.detach() != 0).reshape(mask.shape[0], -1)
+    grid = (-(-flat.shape[0] // rows), -(-flat.shape[1] // cols))
+    padded = torch.zeros(grid[0] * rows, grid[1] * cols, dtype=torch.uint8)
+    padded[: flat.shape[0], : flat.shape[1]] = flat
+    kept = padded.reshape(grid[0], rows, grid[1], cols).amax(dim=(1, 3)).bool()
+    whole = expand_kept_blocks(kept, block, tuple(flat.shape))
+    return kept if torch.equal(whole, flat.reshape(-1)) else None
+
+
+def expand_kept_blocks(kept: Tensor, block: tuple[int, int], shape: tuple[int, ...]) -> Tensor:
+    """Return the flat bool entry mask of a tensor of ``shape`` whose ``block``-shaped blocks ``kept`` marks."""
+    rows, cols = block
+    width = math.prod(shape[1:])
+    whole = kept.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)
+    return whole[: shape[0], :width].reshape(-1)
 
 
 def index_bits(mask: Tensor) -> tuple[str, int, int]:
@@ -267,10 +308,31 @@ def _format(
     return torch.finfo(stored.dtype).bits, False, None, 0
 
 
+def _sparse_index(
+    mask: Tensor | None, stored: Tensor, circulant: bool, block: tuple[int, int] | None
+) -> tuple[str | None, int | None, int | None, int, tuple[int, int] | None]:
+    """Return ``(format, relative width, fillers, bits, index block)`` of the cheapest index of ``mask`` (see the module doc)."""
+    if mask is None:
+        return None, None, None, 0, None
+    index_format, width, fillers, bits = _cheaper_index(mask)
+    if block is not None:
+        shape = stored_block(stored, circulant, block)
+        kept = kept_blocks(mask, shape)
+        if kept is not None:
+            grid_format, grid_width, grid_fillers, grid_bits = _cheaper_index(kept)
+            if grid_bits < bits:
+                return f"block_{grid_format}", grid_width, grid_fillers, grid_bits, shape
+    return index_format, width, fillers, bits, None
+
+
 def layer_storage(
-    name: str, layer: nn.Module, bits: BitsSpec | None = None, per_channel: bool | None = None
+    name: str,
+    layer: nn.Module,
+    bits: BitsSpec | None = None,
+    per_channel: bool | None = None,
+    block: tuple[int, int] | None = None,
 ) -> LayerStorage:
-    """Return what one Linear / convolution layer stores, under the module docstring's rule."""
+    """Return what one Linear / convolution layer stores, under the module docstring's rule (``block``: its block index)."""
     if isinstance(layer, _torch_quantized_types()):
         stored, mask, parametrized = layer.weight(), None, False
         dense = stored.numel()
@@ -282,7 +344,7 @@ def layer_storage(
         name, layer, stored, circulant, _override_for(name, bits), per_channel
     )
     kept = stored.numel() if mask is None else int(mask.count_nonzero())
-    index_format, width, fillers, idx_bits = (None, None, None, 0) if mask is None else _cheaper_index(mask)
+    index_format, width, fillers, idx_bits, index_block = _sparse_index(mask, stored, circulant, block)
     kinds = (["block_circulant"] if circulant else []) + (["pruned"] if mask is not None else [])
     kind = "+".join(kinds) or "dense"
     scale_bits = scales * SCALE_BITS
@@ -298,6 +360,7 @@ def layer_storage(
         index_format=index_format,
         index_width=width,
         index_fillers=fillers,
+        index_block=index_block,
         index_bits=idx_bits,
         scales=scales,
         scale_bits=scale_bits,
@@ -306,12 +369,15 @@ def layer_storage(
 
 
 def size_report(
-    module: nn.Module, bits: BitsSpec | Mapping[str, BitsSpec] | None = None, per_channel: bool | None = None
+    module: nn.Module,
+    bits: BitsSpec | Mapping[str, BitsSpec] | None = None,
+    per_channel: bool | None = None,
+    block: tuple[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Return one row per Linear / convolution weight: its storage fields and ``bits_per_weight``.
 
-    ``pandas.DataFrame(size_report(m))`` makes the table. ``bits`` and ``per_channel``: see the module
-    docstring. A layer reachable under several names is counted once.
+    ``pandas.DataFrame(size_report(m))`` makes the table. ``bits``, ``per_channel`` and ``block`` (the block
+    index): see the module docstring. A layer reachable under several names is counted once.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
@@ -323,7 +389,7 @@ def size_report(
     rows = []
     with torch.no_grad():
         for name, layer in weight_layers(module):
-            storage = layer_storage(name, layer, _layer_spec(name, bits), per_channel)
+            storage = layer_storage(name, layer, _layer_spec(name, bits), per_channel, block)
             rows.append({**asdict(storage), "bits_per_weight": storage.bits_per_weight})
     return rows
 
@@ -333,10 +399,16 @@ def _layer_spec(name: str, bits: BitsSpec | Mapping[str, BitsSpec] | None) -> Bi
 
 
 def bits_per_weight(
-    module: nn.Module, bits: BitsSpec | Mapping[str, BitsSpec] | None = None, per_channel: bool | None = None
+    module: nn.Module,
+    bits: BitsSpec | Mapping[str, BitsSpec] | None = None,
+    per_channel: bool | None = None,
+    block: tuple[int, int] | None = None,
 ) -> float:
-    """Return the stored bits of all Linear / convolution weights over their dense count (see the module doc)."""
-    rows = size_report(module, bits, per_channel)
+    """Return the stored bits of all Linear / convolution weights over their dense count (see the module doc).
+
+    ``block=(R, K)`` lets a layer pruned in whole blocks of that shape count a block index.
+    """
+    rows = size_report(module, bits, per_channel, block)
     if not rows:
         raise ValueError(f"{type(module).__name__} has no Linear or convolution layer to measure")
     dense = sum(r["dense"] for r in rows)
@@ -352,7 +424,9 @@ __all__ = [
     "WEIGHT_FORMAT",
     "LayerStorage",
     "bits_per_weight",
+    "expand_kept_blocks",
     "index_bits",
+    "kept_blocks",
     "layer_storage",
     "mark_weight_format_",
     "relative_index_codes",
@@ -360,6 +434,7 @@ __all__ = [
     "relative_index_positions",
     "relative_index_width",
     "size_report",
+    "stored_block",
     "stored_values",
     "weight_layers",
 ]

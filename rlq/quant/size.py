@@ -24,6 +24,8 @@ from torch import Tensor
 from rlq.quant.bits import (
     BitsSpec,
     LayerStorage,
+    expand_kept_blocks,
+    kept_blocks,
     relative_index_codes,
     relative_index_positions,
     size_report,
@@ -170,9 +172,13 @@ def model_size_bytes(module_or_path: nn.Module | str | os.PathLike, precision: s
 PACKED_MAGIC = b"RLQPACK1"
 """First bytes of a packed file; then the header's length (uint32, little-endian), the JSON header, the data."""
 
-PACKED_FORMAT = 2
-"""The header's ``format``: 2 writes relative indices with filler codes (:func:`rlq.quant.bits.relative_index_codes`);
-files of format 1 (relative indices as ``gap - 1`` in a width that holds the largest gap, no fillers) still load."""
+PACKED_FORMAT = 3
+"""The header's ``format``: 3 adds block indices (``block_bitmask``, ``block_relative``: a layer entry's
+``index_block`` and ``index_entries``, the blocks kept); 2 writes relative indices with filler codes
+(:func:`rlq.quant.bits.relative_index_codes`); files of format 1 (relative indices as ``gap - 1`` in a width
+that holds the largest gap, no fillers) and 2 still load."""
+
+READABLE_FORMATS = (1, 2, PACKED_FORMAT)
 
 _FLOAT_DTYPES = {32: torch.float32, 16: torch.float16}
 
@@ -191,11 +197,15 @@ def _encode_layer(storage: LayerStorage, layer: nn.Module) -> tuple[dict, list[b
     stored, mask, _ = stored_values(layer)
     values = stored.detach().float() if mask is None else stored.detach().float() * mask
     keep = torch.ones(values.numel(), dtype=torch.bool) if mask is None else mask.reshape(-1) != 0
+    indexed, extra = keep, {}
+    if storage.index_block is not None:  # the index is over the kept blocks
+        indexed = kept_blocks(mask, storage.index_block).reshape(-1)
+        extra = {"index_entries": int(indexed.sum())}
     index = b""
-    if storage.index_format == "bitmask":
-        index = np.packbits(keep.numpy().astype(np.uint8), bitorder="little").tobytes()
-    elif storage.index_format == "relative" and storage.stored:
-        index = _pack_bits(relative_index_codes(keep, storage.index_width).numpy(), storage.index_width)
+    if storage.index_format in ("bitmask", "block_bitmask"):
+        index = np.packbits(indexed.numpy().astype(np.uint8), bitorder="little").tobytes()
+    elif storage.index_format in ("relative", "block_relative") and storage.stored:
+        index = _pack_bits(relative_index_codes(indexed, storage.index_width).numpy(), storage.index_width)
     scales = b""
     if storage.integer:
         codes, scale, _ = quantize_to_codes(
@@ -218,6 +228,7 @@ def _encode_layer(storage: LayerStorage, layer: nn.Module) -> tuple[dict, list[b
         "stored_shape": list(stored.shape),
         "bias": bias is not None,
         "bytes": [len(index), len(data), len(scales), len(bias_bytes)],
+        **extra,
     }
     return entry, [index, data, scales, bias_bytes]
 
@@ -227,17 +238,18 @@ def save_packed(
     path: str | os.PathLike,
     bits: BitsSpec | Mapping[str, BitsSpec] | None = None,
     per_channel: bool | None = None,
+    block: tuple[int, int] | None = None,
 ) -> Path:
     """Return the path of a file holding ``module``'s Linear / convolution weights as :func:`bits_per_weight` counts them.
 
     Per layer: the kept stored values (integer codes bit-packed at their width, or float32 / float16
-    values), the cheaper sparse index (bitmask or relative indices with filler codes), the float32 scales, and the float32
-    bias; a JSON header says how to read them. Weight data is the count of :func:`size_report` rounded up
+    values), the cheapest sparse index (bitmask or relative indices with filler codes, over entries or, with
+    ``block``, over whole blocks), the float32 scales, and the float32 bias; a JSON header says how to read them. Weight data is the count of :func:`size_report` rounded up
     to whole bytes per section. :func:`load_packed` gives back dense weights (B-vectors expanded, n-bit
     codes dequantized). Other state (normalisation layers, ...) is not stored; ``torch.ao`` quantized
     layers are not supported (pack the float model with ``bits=8``).
     """
-    rows = {r["name"]: r for r in size_report(module, bits, per_channel)}
+    rows = {r["name"]: r for r in size_report(module, bits, per_channel, block)}
     entries, sections = [], []
     with torch.no_grad():
         for name, layer in weight_layers(module):
@@ -284,11 +296,32 @@ def expand_block_circulant(vectors: Tensor) -> Tensor:
 
 def _decode_keep(entry: dict, index: bytes, file_format: int) -> Tensor:
     """Return the flat bool mask of the kept stored values that a layer's index section encodes."""
-    numel, kept, width = math.prod(entry["stored_shape"]), entry["stored"], entry["index_width"]
-    if entry["index_format"] == "bitmask":
+    shape = entry["stored_shape"]
+    index_format = entry["index_format"]
+    if index_format is None:
+        return torch.ones(math.prod(shape), dtype=torch.bool)
+    if index_format not in ("bitmask", "relative", "block_bitmask", "block_relative"):
+        raise ValueError(f"layer {entry['name']!r} has an unknown index format {index_format!r}")
+    if not index_format.startswith("block_"):
+        return _decode_positions(entry, index_format, index, math.prod(shape), entry["stored"], file_format)
+    rows, cols = entry["index_block"]
+    grid = (-(-shape[0] // rows), -(-math.prod(shape[1:]) // cols))
+    kept = _decode_positions(
+        entry, index_format[len("block_") :], index, math.prod(grid), entry["index_entries"], 2
+    )
+    keep = expand_kept_blocks(kept.reshape(grid), (rows, cols), tuple(shape))
+    if int(keep.sum()) != entry["stored"]:
+        raise ValueError(f"the block index of layer {entry['name']!r} does not keep {entry['stored']} values")
+    return keep
+
+
+def _decode_positions(
+    entry: dict, index_format: str, index: bytes, numel: int, kept: int, file_format: int
+) -> Tensor:
+    """Return the flat bool mask of ``numel`` positions, ``kept`` of them kept, that a bitmask or relative index encodes."""
+    width = entry["index_width"]
+    if index_format == "bitmask":
         return torch.from_numpy(np.unpackbits(np.frombuffer(index, np.uint8), bitorder="little")[:numel] != 0)
-    if entry["index_format"] != "relative":
-        return torch.ones(numel, dtype=torch.bool)
     keep = torch.zeros(numel, dtype=torch.bool)
     if file_format == 1:  # gap - 1 in a width that holds every gap
         positions = torch.from_numpy(np.cumsum(_unpack_bits(index, width, kept) + 1) - 1)
@@ -335,9 +368,9 @@ def load_packed(path: str | os.PathLike) -> dict[str, Tensor]:
     strict=False)`` (only the Linear / convolution tensors are in the file).
     """
     header = packed_header(path)
-    if header.get("format") not in (1, PACKED_FORMAT):
+    if header.get("format") not in READABLE_FORMATS:
         raise ValueError(
-            f"{path} has packed format {header.get('format')!r}; this rlq reads 1 and {PACKED_FORMAT}"
+            f"{path} has packed format {header.get('format')!r}; this rlq reads {', '.join(map(str, READABLE_FORMATS))}"
         )
     state: dict[str, Tensor] = {}
     with open(path, "rb") as f:
