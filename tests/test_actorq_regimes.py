@@ -9,6 +9,7 @@ from rlq.actorq import ActorQConfig, ActorQConfigError, train
 from rlq.actorq.cost_model import steady_steps_per_s
 from rlq.analysis.quarl import (
     paper_setting_curve,
+    regime_breakdown,
     regime_comparison,
     regime_estimates,
     regime_runs,
@@ -77,6 +78,23 @@ def test_comparison_matches_an_independent_computation(results):
     assert row.predicted_speedup == pytest.approx(expected, rel=1e-9)
     assert row.error_pct == pytest.approx(100 * (expected / row.measured_speedup - 1))
     assert row.bound_fp32 == row.bound_q == "serial"
+
+
+def test_breakdown_is_each_part_s_seconds_over_the_regime_s_steps(results):
+    table = regime_breakdown(results).set_index(["regime", "precision", "part"])
+    assert len(table) == 2 * 2 * 4 and (table["ms_per_step"] >= 0).all()
+    runs = [results[("busy_learner", seed, "int8")] for seed in (0, 1)]
+    steps = sum(r.env_steps for r in runs)
+    seconds = {
+        "inference": sum(r.breakdown["actor_inference"] for r in runs),
+        "environment": sum(r.breakdown["actor_env_step"] for r in runs),
+        "communication": sum(r.breakdown["actor_pull"] + r.breakdown["actor_deserialize"] for r in runs),
+        "model load": sum(r.breakdown["actor_load"] for r in runs),
+    }
+    for part, value in seconds.items():
+        assert table.loc[("busy_learner", "int8", part), "ms_per_step"] == pytest.approx(1e3 * value / steps)
+    assert table.loc[("busy_learner", "int8", "inference"), "engine"] == "torch-int8"
+    assert table.loc[("busy_learner", "int8", "inference"), "ms_per_step"] > 0
 
 
 def test_estimates_per_regime_and_measure(results):

@@ -136,6 +136,7 @@ HEADLINE_KEYS: dict[str, list[str]] = {
     # 200 learner steps reach no return threshold: time_to_threshold_s holds None and the speedups built on it
     # (speedup_int8_vs_fp32, speedup_fp16_vs_fp32) are None
     "quarl_actorq": [
+        "compiled_vs_torch_int8_max_action_difference",
         "actor_steps_per_s",
         "bytes_per_broadcast",
         "actor_breakdown_shares",
@@ -262,6 +263,95 @@ def not_finite(value) -> bool:
         return True
 
 
+def check_gst_td3_mujoco(run_dir: Path, results: dict) -> None:
+    """Every training writes TensorBoard events into its run folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "runs" / "Pendulum-v1__gst__0" / "sb3")).Reload().Tags()
+    wanted = {"rollout/ep_rew_mean", "train/actor_loss", "time/fps", "compression/ratio",
+              "compression/target_sparsity", "gst/block_size"}  # fmt: skip
+    assert wanted <= set(events["scalars"]), events["scalars"]
+    assert "gst/decision/text_summary" in events["tensors"]
+
+
+def check_deploy_policy(run_dir: Path, results: dict) -> None:
+    """The exported policies act as PyTorch's, within what each format allows."""
+    assert results["c_parity_within_bounds"] is True and results["exported_within_torch_interval"] is True
+    assert results["max_action_diff_c_fp32"] < 1e-5 * 2.0  # Pendulum's actions are in [-2, 2]
+    assert results["c_int8_weight_bytes"] < results["c_fp32_weight_bytes"] < results["dense_fp32_bytes"]
+    for table in ("sizes", "parity", "evaluation", "latency"):
+        assert (run_dir / f"{table}.csv").exists(), table
+    # each parity row against a stated tolerance; the same int8 codes agree within summation order
+    parity_rows = pd.read_csv(run_dir / "parity.csv").set_index(["policy", "reference"])
+    same = parity_rows.loc[("C int8", "rlq int8, same codes")]
+    assert same["tolerance"] == pytest.approx(1e-4 * 2.0)
+    assert same["max |difference|"] <= same["tolerance"] and bool(same["within"])
+    assert parity_rows["max |difference|"].notna().all() and parity_rows["tolerance"].notna().all()
+    # the C files' stored bytes are their weights plus their DFT tables (2 x 4 x 16 x 16 at B = 16)
+    sizes = pd.read_csv(run_dir / "sizes.csv").set_index("policy")
+    c_int8 = sizes.loc["C int8: weight data"]
+    assert c_int8["bytes"] == results["c_int8_weight_bytes"] == c_int8["weights"] + c_int8["tables"]
+    assert c_int8["tables"] == 2 * 4 * 16 * 16
+
+
+def check_gst_block_deploy(run_dir: Path, results: dict) -> None:
+    """The block-pruned actor compiles block-sparse and computes what dense int8 does on the same weights."""
+    assert results["exploratory"] is True and set(results["per_method"]) == {"gst", "gst_block"}
+    assert results["max_compiled_vs_dense_int8"] <= 1e-5 * 2.0  # Pendulum's actions are in [-2, 2]
+    block_rows = [
+        row for row in (run_dir / "parity.csv").read_text().splitlines() if row.startswith("gst_block,")
+    ]
+    assert block_rows and all("sparse_int8 16x4" in row for row in block_rows), block_rows
+    for table in ("summary", "parity", "latency", "flash", "targets"):
+        assert (run_dir / f"{table}.csv").exists(), table
+    # the block arm's bits per weight count its block index: fewer bits than an index per kept weight
+    from stable_baselines3 import TD3
+
+    from rlq.quant.bits import bits_per_weight
+    from rlq.sb3 import load_compressed
+
+    summary = pd.read_csv(run_dir / "summary.csv").set_index("method")
+    actor = load_compressed(TD3, run_dir / "actors" / "gst_block__0.zip").policy.actor.mu
+    element_index = bits_per_weight(actor, bits="int8", per_channel=True)
+    assert summary.loc["gst_block", "actor_bits_per_weight_int8"] < element_index - 0.05
+
+
+def check_quarl_actorq(run_dir: Path, results: dict) -> None:
+    """Each regime again: fp32 PyTorch actors against int8 ones on the compiled kernels."""
+    from rlq.deploy import kernels_available
+
+    runs = pd.read_csv(run_dir / "compiled_regime_runs.csv")
+    compiled = "compiled-int8" if kernels_available() else "compiled-numpy-int8"
+    assert set(runs.loc[runs["precision"] == "fp32", "engine"]) == {"torch-fp32"}
+    assert set(runs.loc[runs["precision"] == "int8", "engine"]) == {compiled}
+    assert set(results["compiled_actor_speedup"]) == set(runs["regime"]) == {"learner_bound", "actor_bound"}
+    parts = pd.read_csv(run_dir / "compiled_breakdown.csv")
+    assert set(parts["part"]) == {"inference", "environment", "communication", "model load"}
+    assert (parts["ms_per_step"] >= 0).all() and (
+        parts.loc[parts["part"] == "inference", "ms_per_step"] > 0
+    ).all()
+    agreement = pd.read_csv(run_dir / "compiled_agreement.csv")
+    assert len(agreement) == len(runs) // 2 and (agreement["observations"] > 0).all()
+
+
+def check_baseline_rl(run_dir: Path, results: dict) -> None:
+    """PPO on CartPole learns."""
+    # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
+    assert results["final_mean_return"] > max(150, 5 * results["random_mean_return"])
+    assert 10 < results["random_mean_return"] < 50
+    assert (run_dir / "curve.csv").exists() and list((run_dir / "checkpoints").glob("model_*_steps.zip"))
+
+
+NOTEBOOK_CHECKS = {
+    "gst_td3_mujoco": check_gst_td3_mujoco,
+    "deploy_policy": check_deploy_policy,
+    "gst_block_deploy": check_gst_block_deploy,
+    "quarl_actorq": check_quarl_actorq,
+    "baseline_rl": check_baseline_rl,
+}
+"""What a notebook's quick run must show beyond its headline keys, by notebook."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_at_quick_preset(name, tmp_path):
@@ -280,53 +370,4 @@ def test_notebook_runs_at_quick_preset(name, tmp_path):
     assert not absent, f"{name}: results.json lacks headline keys {absent}; it holds {sorted(results)}"
     bad = {key: results[key] for key in HEADLINE_KEYS[name] if not_finite(results[key])}
     assert not bad, f"{name}: headline numbers not finite at quick: {bad}"
-    if name == "gst_td3_mujoco":  # every training writes TensorBoard events into its run folder
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-        events = EventAccumulator(str(run_dir / "runs" / "Pendulum-v1__gst__0" / "sb3")).Reload().Tags()
-        wanted = {"rollout/ep_rew_mean", "train/actor_loss", "time/fps", "compression/ratio",
-                  "compression/target_sparsity", "gst/block_size"}  # fmt: skip
-        assert wanted <= set(events["scalars"]), events["scalars"]
-        assert "gst/decision/text_summary" in events["tensors"]
-    if name == "deploy_policy":  # the exported policies act as PyTorch's, within what each format allows
-        assert results["c_parity_within_bounds"] is True and results["exported_within_torch_interval"] is True
-        assert results["max_action_diff_c_fp32"] < 1e-5 * 2.0  # Pendulum's actions are in [-2, 2]
-        assert results["c_int8_weight_bytes"] < results["c_fp32_weight_bytes"] < results["dense_fp32_bytes"]
-        for table in ("sizes", "parity", "evaluation", "latency"):
-            assert (run_dir / f"{table}.csv").exists(), table
-        # each parity row against a stated tolerance; the same int8 codes agree within summation order
-        parity_rows = pd.read_csv(run_dir / "parity.csv").set_index(["policy", "reference"])
-        same = parity_rows.loc[("C int8", "rlq int8, same codes")]
-        assert same["tolerance"] == pytest.approx(1e-4 * 2.0)
-        assert same["max |difference|"] <= same["tolerance"] and bool(same["within"])
-        assert parity_rows["max |difference|"].notna().all() and parity_rows["tolerance"].notna().all()
-        # the C files' stored bytes are their weights plus their DFT tables (2 x 4 x 16 x 16 at B = 16)
-        sizes = pd.read_csv(run_dir / "sizes.csv").set_index("policy")
-        c_int8 = sizes.loc["C int8: weight data"]
-        assert c_int8["bytes"] == results["c_int8_weight_bytes"] == c_int8["weights"] + c_int8["tables"]
-        assert c_int8["tables"] == 2 * 4 * 16 * 16
-    # the block-pruned actor compiles block-sparse and computes what dense int8 does on the same weights
-    if name == "gst_block_deploy":
-        assert results["exploratory"] is True and set(results["per_method"]) == {"gst", "gst_block"}
-        assert results["max_compiled_vs_dense_int8"] <= 1e-5 * 2.0  # Pendulum's actions are in [-2, 2]
-        block_rows = [
-            row for row in (run_dir / "parity.csv").read_text().splitlines() if row.startswith("gst_block,")
-        ]
-        assert block_rows and all("sparse_int8 16x4" in row for row in block_rows), block_rows
-        for table in ("summary", "parity", "latency", "flash", "targets"):
-            assert (run_dir / f"{table}.csv").exists(), table
-        # the block arm's bits per weight count its block index: fewer bits than an index per kept weight
-        from stable_baselines3 import TD3
-
-        from rlq.quant.bits import bits_per_weight
-        from rlq.sb3 import load_compressed
-
-        summary = pd.read_csv(run_dir / "summary.csv").set_index("method")
-        actor = load_compressed(TD3, run_dir / "actors" / "gst_block__0.zip").policy.actor.mu
-        element_index = bits_per_weight(actor, bits="int8", per_channel=True)
-        assert summary.loc["gst_block", "actor_bits_per_weight_int8"] < element_index - 0.05
-    if name == "baseline_rl":
-        # PPO on CartPole must clearly learn: far above the random policy on the same evaluation seeds
-        assert results["final_mean_return"] > max(150, 5 * results["random_mean_return"])
-        assert 10 < results["random_mean_return"] < 50
-        assert (run_dir / "curve.csv").exists() and list((run_dir / "checkpoints").glob("model_*_steps.zip"))
+    NOTEBOOK_CHECKS.get(name, lambda run_dir, results: None)(run_dir, results)

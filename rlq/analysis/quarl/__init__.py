@@ -13,7 +13,7 @@ The notebooks train in their own cells (``quarl_ptq``, ``quarl_qat``, and ``quar
   :func:`learner_breakdown`, :func:`speedup`, :func:`actorq_numbers`.
 - :mod:`~rlq.analysis.quarl.regimes` (``quarl_actorq``): :func:`regime_config` (one run's configuration),
   :func:`regime_runs`, :func:`regime_comparison` (measured speedup beside :func:`rlq.actorq.predict_speedup`'s), :func:`regime_estimates`,
-  :func:`paper_setting_curve`.
+  :func:`regime_breakdown` (the actors' time per step by part), :func:`paper_setting_curve`.
 - :mod:`~rlq.analysis.quarl.convergence` (``quarl_actorq``'s convergence section; imported as a module, not
   re-exported): time to return, return at equal steps, the convergence claims' estimates.
 - :mod:`~rlq.analysis.quarl.quantization_figures`: the Plotly figures that ``rlq report`` also draws from
@@ -39,6 +39,7 @@ from rlq.analysis.quarl.quantization_tables import (
 from rlq.analysis.quarl.regimes import (
     first_factor_reaching,
     paper_setting_curve,
+    regime_breakdown,
     regime_comparison,
     regime_estimates,
     regime_numbers,
@@ -58,6 +59,7 @@ __all__ = [
     "ptq_numbers",
     "ptq_summary",
     "qat_summary",
+    "regime_breakdown",
     "regime_comparison",
     "regime_estimates",
     "regime_numbers",

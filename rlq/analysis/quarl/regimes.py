@@ -74,6 +74,44 @@ def regime_runs(results: RegimeResults, return_threshold: float) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
+ENGINE_PARTS = {
+    "inference": ("actor_inference",),
+    "environment": ("actor_env_step",),
+    "communication": ("actor_pull", "actor_deserialize"),
+    "model load": ("actor_load",),
+}
+"""The actors' time by what an engine changes, each as ActorQ's timers: the paper's "step" split into the
+policy's inference and the environment, its pull and deserialize together as communication, and the load of
+each pulled policy into the engine (for compiled actors, compiling it)."""
+
+
+def regime_breakdown(results: RegimeResults) -> pd.DataFrame:
+    """Return the actors' milliseconds per environment step in each :data:`ENGINE_PARTS` part, per regime and precision.
+
+    Summed over a regime's seeds (and actors) and divided by their environment steps. Columns: regime,
+    precision, engine (the runs' actor engine, e.g. ``compiled-int8``), part, ms_per_step.
+    """
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for (name, _, precision), r in results.items():
+        groups.setdefault((name, precision), []).append(r)
+    rows = []
+    for (name, precision), runs in groups.items():
+        steps = max(sum(r.env_steps for r in runs), 1)
+        engines = ", ".join(sorted({r.actor_backend for r in runs}))
+        for part, keys in ENGINE_PARTS.items():
+            seconds = sum(r.breakdown[k] for r in runs for k in keys)
+            rows.append(
+                dict(
+                    regime=name,
+                    precision=precision,
+                    engine=engines,
+                    part=part,
+                    ms_per_step=1e3 * seconds / steps,
+                )
+            )
+    return pd.DataFrame(rows, columns=["regime", "precision", "engine", "part", "ms_per_step"])
+
+
 def regime_comparison(
     results: RegimeResults, return_threshold: float, precision: str = "int8"
 ) -> pd.DataFrame:
