@@ -205,6 +205,20 @@ def test_compiled_actions_are_the_torch_engines_within_compile_policys_bound(
     assert kinds.count(circulant) == (2 if block_size else 0)
 
 
+def test_a_compiled_int8_actor_runs_the_codes_of_the_broadcast_as_they_arrived():
+    a = arch(None, stochastic=True)
+    policy = decode_policy(encode_policy(random_policy(a, seed=5).weights, "int8", version=1))
+    engine = make_engine(a, "int8", "compiled")
+    engine.load(policy)
+    hidden = [policy.weights[f"layers.{i}.weight"] for i in range(3)]
+    heads = [policy.weights["mu.weight"], policy.weights["log_std.weight"]]
+    for op, sent in zip(engine.policy.ops, [*hidden, None], strict=True):
+        codes = np.concatenate([w.codes for w in heads]) if sent is None else sent.codes
+        scale = np.concatenate([w.scale for w in heads]) if sent is None else sent.scale
+        assert op.kernel == "dense_int8" and np.array_equal(op.codes, codes)
+        assert np.array_equal(op.arrays["scale"], scale)
+
+
 def learner_policy(kind: str):
     """Return a TD3 learner's SB3 model whose 64-wide policy is dense, block-circulant (B = 16) or 16x4-block pruned."""
     config = ActorQConfig(

@@ -195,6 +195,54 @@ def test_pruned_layers_go_block_sparse_only_where_their_zeros_fill_blocks():
     assert isinstance(compile_policy(model, "fp32").ops[1], type(compile_policy(mlp(), "fp32").ops[1]))
 
 
+def test_choose_block_is_the_first_shape_that_fits_by_an_exhaustive_search():
+    from rlq.deploy.formats import SPARSE_BLOCKS, choose_block
+
+    def exhaustive(nonzero, max_density):  # every candidate's kept blocks counted, here with numpy alone
+        for rows, cols in SPARSE_BLOCKS:
+            out, inp = nonzero.shape
+            padded = np.zeros((-(-out // rows) * rows, -(-inp // cols) * cols), bool)
+            padded[:out, :inp] = nonzero
+            kept = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // cols, cols).any(
+                axis=(1, 3)
+            )
+            stored = int(kept.sum()) * rows * cols
+            if stored <= 1.25 * max(int(nonzero.sum()), 1) and stored <= max_density * nonzero.size:
+                return rows, cols
+        return None
+
+    rng = np.random.default_rng(0)
+    blocky = np.kron(rng.random((6, 10)) < 0.3, np.ones((16, 4), bool))[:90]  # whole 16x4 blocks, cropped
+    for density in (0.02, 0.3, 0.49, 0.51, 0.9, 0.999):
+        for nonzero in (rng.random((90, 40)) < density, blocky & (rng.random((90, 40)) < density * 2)):
+            for max_density in (0.5, 0.25):
+                assert choose_block(nonzero, max_density=max_density) == exhaustive(nonzero, max_density)
+    assert choose_block(blocky) == (16, 4)
+
+
+def test_int8_codes_that_arrived_are_taken_as_they_are_and_give_what_quantizing_again_gives():
+    from rlq.deploy.reader import LinearSpec
+    from rlq.quant.tensor import quantize_to_codes
+
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((48, 40)).astype(np.float32)
+    codes, scale, _ = quantize_to_codes(torch.from_numpy(weight), 8, per_channel_axis=0)
+    codes, scale = codes.numpy().astype(np.int8), scale.reshape(-1).numpy().astype(np.float32)
+    arrived = codes.astype(np.float32) * scale[:, None]  # the weight as an int8 broadcast carries it
+    bias = rng.standard_normal(48).astype(np.float32)
+    given = DenseI8(LinearSpec("0", arrived, bias, activation="relu", int8=(codes, scale)))
+    again = DenseI8(LinearSpec("0", arrived, bias, activation="relu"))
+    assert np.array_equal(given.codes, codes)  # the codes it arrived as
+    assert np.array_equal(again.codes, codes)  # quantizing the dequantized weight gives them back
+    np.testing.assert_allclose(given.arrays["scale"], again.arrays["scale"], rtol=1e-6)
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    np.testing.assert_allclose(given.forward(x), again.forward(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="int8 codes must be int8"):
+        LinearSpec("0", arrived, bias, int8=(codes.astype(np.int16), scale))
+    with pytest.raises(ValueError, match="one scale per row"):
+        LinearSpec("0", arrived, bias, int8=(codes, scale[:-1]))
+
+
 def test_activations_in_a_row_flatten_identity_and_nesting():
     torch.manual_seed(0)
     model = nn.Sequential(

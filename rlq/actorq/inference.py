@@ -303,19 +303,31 @@ class CompiledEngine:
             w = policy.weights[name]
             return w.dequantize() if isinstance(w, QuantizedWeight) else np.asarray(w, dtype=np.float32)
 
+        def int8_codes(names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+            """The int8 codes and row scales of dense weights that arrived as such, stacked by rows; else None."""
+            weights = [policy.weights[n] for n in names]
+            if not all(
+                isinstance(w, QuantizedWeight) and w.bits == 8 and not w.is_circulant for w in weights
+            ):
+                return None
+            return np.concatenate([w.codes for w in weights]), np.concatenate([w.scale for w in weights])
+
         arch, specs = self.arch, []
         for i in range(len(arch.hidden_sizes)):
             weight, bias = value(f"layers.{i}.weight"), value(f"layers.{i}.bias")
-            vectors = None
+            vectors, codes = None, int8_codes([f"layers.{i}.weight"])
             if weight.ndim == 3:
                 vectors = np.ascontiguousarray(weight)
                 weight = None if weight.shape[2] in KERNEL_BLOCK_SIZES else expand_vectors(vectors)
-            specs.append(LinearSpec(str(2 * i), weight, bias, vectors=vectors, activation=arch.activation))
-        heads = ["mu", "log_std"] if arch.stochastic else ["mu"]
-        weight = np.concatenate([value(f"{h}.weight") for h in heads])
-        bias = np.concatenate([value(f"{h}.bias") for h in heads])
+            specs.append(
+                LinearSpec(str(2 * i), weight, bias, vectors=vectors, activation=arch.activation, int8=codes)
+            )
+        heads = [f"{h}.weight" for h in (["mu", "log_std"] if arch.stochastic else ["mu"])]
+        weight = np.concatenate([value(h) for h in heads])
+        bias = np.concatenate([value(h.replace(".weight", ".bias")) for h in heads])
         name = str(2 * len(arch.hidden_sizes))
-        specs.append(LinearSpec(name, weight, bias, activation="none" if arch.stochastic else "tanh"))
+        activation = "none" if arch.stochastic else "tanh"
+        specs.append(LinearSpec(name, weight, bias, activation=activation, int8=int8_codes(heads)))
         return specs
 
     def load(self, policy: DecodedPolicy) -> None:

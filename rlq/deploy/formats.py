@@ -195,11 +195,19 @@ class _Int8Rows(PackedOp):
 
     def _quantize(self, spec: LinearSpec, bits: int = 8) -> np.ndarray:
         check_int8_width(spec.name, spec.n_in)
-        codes, scale, _ = quantize_to_codes(
-            torch.from_numpy(spec.weight), bits, per_channel_axis=0, what=f"the weight of layer {spec.name!r}"
-        )
-        self.codes = codes.numpy().astype(np.int8)  # (out, in), kept for the fallback and the bounds
-        self.arrays["scale"] = scale.reshape(-1).numpy().astype(np.float32)
+        if bits == 8 and spec.int8 is not None:  # the codes it arrived as: quantizing again gives them back
+            codes, scale = spec.int8
+            self.codes = np.ascontiguousarray(codes, np.int8)
+            self.arrays["scale"] = np.asarray(scale, np.float32).reshape(-1)
+        else:
+            codes, scale, _ = quantize_to_codes(
+                torch.from_numpy(spec.weight),
+                bits,
+                per_channel_axis=0,
+                what=f"the weight of layer {spec.name!r}",
+            )
+            self.codes = codes.numpy().astype(np.int8)  # (out, in), kept for the fallback and the bounds
+            self.arrays["scale"] = scale.reshape(-1).numpy().astype(np.float32)
         self.arrays["colsum"] = self.codes.sum(axis=1, dtype=np.int64).astype(np.int32)
         if spec.bias is not None:
             self.arrays["bias"] = _bias(spec)
@@ -328,6 +336,8 @@ def choose_block(
     """
     count = int(nonzero.sum())
     dense = nonzero.size
+    if count > max_density * dense:  # kept blocks hold every nonzero entry: no shape can fit
+        return None
     for block in candidates:
         stored = int(kept_blocks(nonzero, block).sum()) * block[0] * block[1]
         if stored <= 1.25 * max(count, 1) and stored <= max_density * dense:

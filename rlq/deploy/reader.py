@@ -53,10 +53,22 @@ class LinearSpec:
     """The B-vectors ``(out/B, in/B, B)`` of a block-circulant layer (``rlq.compress``'s layout), else None."""
     activation: str = "none"
     kind: str = "linear"
+    int8: tuple[np.ndarray, np.ndarray] | None = None
+    """The int8 codes ``(out, in)`` and float32 scales ``(out,)`` the weight arrived as (symmetric, per row; ``weight``
+    is ``codes * scale``), or None: the int8 ops take them as they are instead of quantizing ``weight`` again,
+    which gives the same codes."""
 
     def __post_init__(self) -> None:
         if self.weight is None and self.vectors is None:
             raise ValueError(f"layer {self.name!r}: a LinearSpec needs its weight or its B-vectors")
+        if self.int8 is not None:
+            codes, scale = self.int8
+            if codes.dtype != np.int8 or self.weight is None or codes.shape != self.weight.shape:
+                raise ValueError(f"layer {self.name!r}: int8 codes must be int8 in the weight's shape")
+            if np.shape(scale) != (codes.shape[0],):
+                raise ValueError(
+                    f"layer {self.name!r}: int8 codes need one scale per row, got {np.shape(scale)}"
+                )
 
     @property
     def n_in(self) -> int:

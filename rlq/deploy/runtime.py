@@ -99,7 +99,7 @@ def plan_layer(
         return DenseF32(spec)
     if precision != "int8":
         return DenseLowBit(spec, int(precision[3:]))
-    nonzero = spec.weight != 0
+    nonzero = (spec.weight if spec.int8 is None else spec.int8[0]) != 0
     if sparse_block is not None:
         density = float(kept_blocks(nonzero, sparse_block).mean())
         return SparseI8(spec, sparse_block) if density <= max_sparse_density else DenseI8(spec)

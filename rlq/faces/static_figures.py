@@ -175,6 +175,8 @@ def _actorq(run: Committed) -> Figures:
 
     regimes = regime_figure(run.table("regime_comparison"), run.table("regime_estimates"))
     figures = [("regimes", regimes), ("paper_setting", speedup_curve_figure(run.table("paper_curve")))]
+    if run.has("compiled_regime_comparison"):  # the regimes again: fp32 PyTorch against int8 compiled actors
+        figures += _compiled_actors(run)
     if run.has("convergence_curve") and run.has(
         "convergence_runs"
     ):  # the convergence section's learning curves
@@ -190,6 +192,22 @@ def _actorq(run: Committed) -> Figures:
         title = f"{run.experiment} {run.preset} ({', '.join(thresholds)}): IQM and 95% interval over seeds"
         figures.append(("convergence", figure.update_layout(title=title)))
     return figures
+
+
+def _compiled_actors(run: Committed) -> Figures:
+    """ActorQ's regimes with fp32 PyTorch actors against int8 actors on the compiled kernels: speedup and actor time."""
+    from rlq.analysis.quarl.quantization_figures import engine_breakdown_figure, regime_figure
+
+    target = float(run.results["compiled_actor_target"])
+    speedup = regime_figure(run.table("compiled_regime_comparison"), run.table("compiled_regime_estimates"),
+                            target=target, target_label=f"our target {target:g}x")  # fmt: skip
+    speedup.update_layout(
+        title=f"{run.label}: int8 compiled over fp32 PyTorch actors per regime, measured beside predicted"
+    )
+    breakdown = engine_breakdown_figure(
+        run.table("compiled_breakdown"), f"{run.label}: actors' time per environment step by part"
+    )
+    return [("compiled_regimes", speedup), ("compiled_breakdown", breakdown)]
 
 
 def _combo(run: Committed) -> Figures:

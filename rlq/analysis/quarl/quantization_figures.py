@@ -138,11 +138,14 @@ def qat_vs_ptq_figure(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def regime_figure(comparison: pd.DataFrame, estimates: pd.DataFrame, target: float = 1.5) -> go.Figure:
+def regime_figure(
+    comparison: pd.DataFrame, estimates: pd.DataFrame, target: float = 1.5, target_label: str | None = None
+) -> go.Figure:
     """Return per regime the measured speedup of each seed, its IQM with 95% interval, and the predicted speedup.
 
     ``comparison`` and ``estimates`` are :func:`rlq.analysis.quarl.regime_comparison` and
-    :func:`~rlq.analysis.quarl.regime_estimates`; the dotted line is ``target`` (the paper's lower end).
+    :func:`~rlq.analysis.quarl.regime_estimates`; the dotted line is ``target``, labelled ``target_label``
+    (default: the paper's lower end).
     """
     fig = go.Figure()
     styles = {
@@ -167,12 +170,36 @@ def regime_figure(comparison: pd.DataFrame, estimates: pd.DataFrame, target: flo
         )  # fmt: skip
     fig.add_hline(y=1.0, line_color="grey")
     fig.add_hline(
-        y=target, line_dash="dot", line_color="grey", annotation_text=f"paper's lower end {target}x"
+        y=target,
+        line_dash="dot",
+        line_color="grey",
+        annotation_text=target_label or f"paper's lower end {target}x",
     )
     fig.update_layout(
         template=TEMPLATE, scattermode="group", yaxis_title="int8 over fp32 actors (x)", height=420,
         title="End-to-end speedup of int8 actors per regime: measured beside predicted",
     )  # fmt: skip
+    return fig
+
+
+def engine_breakdown_figure(breakdown: pd.DataFrame, title: str) -> go.Figure:
+    """Return the actors' milliseconds per environment step by part, stacked per precision, one panel per regime.
+
+    ``breakdown`` is :func:`rlq.analysis.quarl.regime_breakdown`'s table; hovering a bar names its engine.
+    """
+    regimes = list(dict.fromkeys(breakdown["regime"]))
+    fig = make_subplots(rows=1, cols=len(regimes), subplot_titles=regimes)
+    colors = dict(
+        zip(dict.fromkeys(breakdown["part"]), ("#ef553b", "#636efa", "#00cc96", "#ab63fa"), strict=False)
+    )
+    for col, regime in enumerate(regimes, start=1):
+        rows = breakdown[breakdown["regime"] == regime]
+        for part, color in colors.items():
+            bars = rows[rows["part"] == part]
+            fig.add_bar(x=bars["precision"] + " (" + bars["engine"] + ")", y=bars["ms_per_step"], name=part,
+                        marker_color=color, legendgroup=part, showlegend=col == 1, row=1, col=col)  # fmt: skip
+        fig.update_yaxes(title_text="actor ms per environment step" if col == 1 else None, row=1, col=col)
+    fig.update_layout(template=TEMPLATE, barmode="stack", height=420, title=title)
     return fig
 
 
