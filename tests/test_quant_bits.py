@@ -8,16 +8,16 @@ from torch import nn
 
 from rlq.compress import make_block_circulant_
 from rlq.compress.masks import prune_with_mask_
+from rlq.core.blocks import expand_kept_blocks
 from rlq.quant import WeightFakeQuant, bits_per_weight, prepare_qat_, ptq, size_report
 from rlq.quant.bits import (
-    expand_kept_blocks,
     index_bits,
-    kept_blocks,
     mark_weight_format_,
     relative_index_codes,
     relative_index_cost,
     relative_index_positions,
     relative_index_width,
+    whole_kept_blocks,
 )
 from rlq.quant.quantizable import quantizable_layers
 from rlq.sb3.qat_stacking import stack_fake_quant_
@@ -217,8 +217,8 @@ def test_a_mask_of_whole_blocks_counts_a_block_index_when_asked():
     mask[0:16, 4:8] = 1
     mask[32:40, 8:12] = 1
     prune_with_mask_(layer, "weight", mask)
-    assert torch.equal(kept_blocks(layer.weight_mask, (16, 4)), grid.bool())
-    assert torch.equal(expand_kept_blocks(grid.bool(), (16, 4), (40, 12)), mask.reshape(-1).bool())
+    assert torch.equal(whole_kept_blocks(layer.weight_mask, (16, 4)), grid.bool())
+    assert (expand_kept_blocks(grid.bool().numpy(), (16, 4), (40, 12)) == mask.bool().numpy()).all()
     element = size_report(layer, bits=8)[0]
     (row,) = size_report(layer, bits=8, block=(16, 4))
     # 96 values kept of 480; block positions 1 and 8 of 9: gaps 2 and 7, 3-bit codes: 6 bits < the 9-bit bitmask
@@ -240,7 +240,7 @@ def test_a_mask_that_is_not_whole_blocks_keeps_its_element_index():
     mask[0:16, 4:8] = 1
     mask[5, 4] = 0  # one hole: the block is no longer whole
     prune_with_mask_(layer, "weight", mask)
-    assert kept_blocks(layer.weight_mask, (16, 4)) is None
+    assert whole_kept_blocks(layer.weight_mask, (16, 4)) is None
     assert size_report(layer, bits=8, block=(16, 4)) == size_report(layer, bits=8)
     with pytest.raises(ValueError, match="two positive ints"):
         size_report(layer, bits=8, block=(16, 0))
@@ -256,7 +256,7 @@ def test_block_indices_agree_with_rlq_compress_on_its_own_block_pruning():
     rows = {r["name"]: r for r in size_report(net, bits=8, per_channel=True, block=(16, 4))}
     stored = block_storage(net[2], (16, 4))
     assert rows["2"]["index_format"].startswith("block_")
-    assert int(kept_blocks(net[2].weight_mask, (16, 4)).sum()) == stored["blocks"]
+    assert int(whole_kept_blocks(net[2].weight_mask, (16, 4)).sum()) == stored["blocks"]
     assert rows["2"]["stored"] == int(net[2].weight_mask.sum())
     # the first and last layers stay dense
     assert rows["0"]["index_format"] is None and rows["4"]["index_format"] is None

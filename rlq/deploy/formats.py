@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rlq.core.blocks import kept_blocks
 from rlq.deploy.reader import LinearSpec
 from rlq.quant.tensor import quantize_to_codes
 
@@ -312,15 +313,6 @@ class DenseLowBit(_Int8Rows):
 
     def describe(self) -> str:
         return f"{self.kernel} {self.bits}-bit"
-
-
-def kept_blocks(nonzero: np.ndarray, block: tuple[int, int]) -> np.ndarray:
-    """Return the bool ``(out/R, in/K)`` map (dimensions rounded up) of the blocks holding a nonzero entry."""
-    rows, cols = block
-    out, inp = nonzero.shape
-    padded = np.zeros((round_up(out, rows), round_up(inp, cols)), bool)
-    padded[:out, :inp] = nonzero
-    return padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // cols, cols).any(axis=(1, 3))
 
 
 def choose_block(

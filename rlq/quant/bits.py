@@ -58,10 +58,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from rlq.core.blocks import expand_kept_blocks, kept_blocks
 from rlq.quant.qat import WeightFakeQuant
 from rlq.quant.quantizable import is_quantizable, output_channel_axis
 from rlq.quant.tensor import MAX_BITS, MIN_BITS, Precision, check_bits, parse_precision
@@ -196,28 +198,16 @@ def stored_block(stored: Tensor, circulant: bool, block: tuple[int, int]) -> tup
     return (1, math.prod(stored.shape[2:])) if circulant else (int(block[0]), int(block[1]))
 
 
-def kept_blocks(mask: Tensor, block: tuple[int, int]) -> Tensor | None:
+def whole_kept_blocks(mask: Tensor, block: tuple[int, int]) -> Tensor | None:
     """Return the bool map of ``mask``'s ``block``-shaped blocks that hold a kept entry, or None unless it keeps whole blocks.
 
     ``mask`` is viewed as ``(shape[0], numel / shape[0])``; edge blocks that ``block`` does not fit are
     cropped (whole means every entry of the block inside the tensor).
     """
-    rows, cols = block
-    flat = (mask.detach() != 0).reshape(mask.shape[0], -1)
-    grid = (-(-flat.shape[0] // rows), -(-flat.shape[1] // cols))
-    padded = torch.zeros(grid[0] * rows, grid[1] * cols, dtype=torch.uint8)
-    padded[: flat.shape[0], : flat.shape[1]] = flat
-    kept = padded.reshape(grid[0], rows, grid[1], cols).amax(dim=(1, 3)).bool()
-    whole = expand_kept_blocks(kept, block, tuple(flat.shape))
-    return kept if torch.equal(whole, flat.reshape(-1)) else None
-
-
-def expand_kept_blocks(kept: Tensor, block: tuple[int, int], shape: tuple[int, ...]) -> Tensor:
-    """Return the flat bool entry mask of a tensor of ``shape`` whose ``block``-shaped blocks ``kept`` marks."""
-    rows, cols = block
-    width = math.prod(shape[1:])
-    whole = kept.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)
-    return whole[: shape[0], :width].reshape(-1)
+    flat = (mask.detach() != 0).reshape(mask.shape[0], -1).cpu().numpy()
+    kept = kept_blocks(flat, block)
+    whole = np.array_equal(expand_kept_blocks(kept, block, flat.shape), flat)
+    return torch.from_numpy(kept) if whole else None
 
 
 def index_bits(mask: Tensor) -> tuple[str, int, int]:
@@ -317,7 +307,7 @@ def _sparse_index(
     index_format, width, fillers, bits = _cheaper_index(mask)
     if block is not None:
         shape = stored_block(stored, circulant, block)
-        kept = kept_blocks(mask, shape)
+        kept = whole_kept_blocks(mask, shape)
         if kept is not None:
             grid_format, grid_width, grid_fillers, grid_bits = _cheaper_index(kept)
             if grid_bits < bits:
@@ -424,9 +414,7 @@ __all__ = [
     "WEIGHT_FORMAT",
     "LayerStorage",
     "bits_per_weight",
-    "expand_kept_blocks",
     "index_bits",
-    "kept_blocks",
     "layer_storage",
     "mark_weight_format_",
     "relative_index_codes",
@@ -437,4 +425,5 @@ __all__ = [
     "stored_block",
     "stored_values",
     "weight_layers",
+    "whole_kept_blocks",
 ]

@@ -21,16 +21,16 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from rlq.core.blocks import expand_kept_blocks
 from rlq.quant.bits import (
     BitsSpec,
     LayerStorage,
-    expand_kept_blocks,
-    kept_blocks,
     relative_index_codes,
     relative_index_positions,
     size_report,
     stored_values,
     weight_layers,
+    whole_kept_blocks,
 )
 from rlq.quant.quantizable import (
     bake_parametrizations,
@@ -199,7 +199,7 @@ def _encode_layer(storage: LayerStorage, layer: nn.Module) -> tuple[dict, list[b
     keep = torch.ones(values.numel(), dtype=torch.bool) if mask is None else mask.reshape(-1) != 0
     indexed, extra = keep, {}
     if storage.index_block is not None:  # the index is over the kept blocks
-        indexed = kept_blocks(mask, storage.index_block).reshape(-1)
+        indexed = whole_kept_blocks(mask, storage.index_block).reshape(-1)
         extra = {"index_entries": int(indexed.sum())}
     index = b""
     if storage.index_format in ("bitmask", "block_bitmask"):
@@ -309,7 +309,10 @@ def _decode_keep(entry: dict, index: bytes, file_format: int) -> Tensor:
     kept = _decode_positions(
         entry, index_format[len("block_") :], index, math.prod(grid), entry["index_entries"], 2
     )
-    keep = expand_kept_blocks(kept.reshape(grid), (rows, cols), tuple(shape))
+    flat_shape = (shape[0], math.prod(shape[1:]))
+    keep = torch.from_numpy(expand_kept_blocks(kept.reshape(grid).numpy(), (rows, cols), flat_shape)).reshape(
+        -1
+    )
     if int(keep.sum()) != entry["stored"]:
         raise ValueError(f"the block index of layer {entry['name']!r} does not keep {entry['stored']} values")
     return keep
