@@ -27,13 +27,14 @@ class Evaluator:
         self.env = make_env(config.env_id)
 
     def __call__(self, blob: bytes) -> tuple[float, float]:
-        returns, _ = self.play(blob)
+        returns, _, _ = self.play(blob)
         return float(np.mean(returns)), float(np.std(returns))
 
-    def play(self, blob: bytes) -> tuple[list[float], np.ndarray]:
-        """Return each evaluation episode's return and every observation the policy acted on (float32, stacked)."""
+    def play(self, blob: bytes) -> tuple[list[float], np.ndarray, np.ndarray]:
+        """Return each evaluation episode's return, every observation the policy acted on (float32, stacked) and
+        the noise-free action in [-1, 1] it took on each."""
         self.engine.load(decode_policy(blob))
-        returns, seen = [], []
+        returns, seen, taken = [], [], []
         for k in range(self.config.eval_episodes):
             obs, _ = self.env.reset(seed=self.config.seed + EVAL_SEED_OFFSET + k)
             total, done = 0.0, False
@@ -42,11 +43,12 @@ class Evaluator:
                 seen.append(obs)
                 out = self.engine(obs)
                 action = np.tanh(out[0][0]) if self.arch.stochastic else out[0][0]
+                taken.append(action)
                 obs, reward, terminated, truncated, _ = self.env.step(self.arch.unscale(action))
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
-        return returns, np.concatenate(seen)
+        return returns, np.concatenate(seen), np.stack(taken)
 
     def actions(self, obs: np.ndarray) -> np.ndarray:
         """Return the loaded policy's noise-free actions in [-1, 1], one observation a call as an actor acts.
@@ -84,9 +86,9 @@ def engine_agreement(config: ActorQConfig, model, reference: str = "torch") -> d
     blob = encode_policy(policy_weights(model), config.broadcast_precision, 0)
     engine, other = Evaluator(config, arch, config.actor_backend), Evaluator(config, arch, reference)
     try:
-        returns, _ = engine.play(blob)
-        reference_returns, seen = other.play(blob)
-        difference = np.abs(engine.actions(seen) - other.actions(seen)).max()
+        returns, _, _ = engine.play(blob)
+        reference_returns, seen, reference_actions = other.play(blob)  # the reference's own actions on them
+        difference = np.abs(engine.actions(seen) - reference_actions).max()
     finally:
         engine.close()
         other.close()
