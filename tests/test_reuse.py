@@ -10,7 +10,7 @@ import pytest
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.notebook_jobs import RUN_TABLES, _stack
 from rlq.experiments.results import committed_dir, publish
-from rlq.experiments.reuse import parse_run_spec, plan_reuse, published_runs
+from rlq.experiments.reuse import parse_run_spec, plan_reuse, published_runs, save_reuse
 from rlq.experiments.runner import run_experiment
 from rlq.faces.cli import main
 
@@ -178,3 +178,29 @@ def test_settings_name_functions_and_objects_alike_in_every_process():
     assert shown["activation_fn"] == "torch.nn.modules.activation.ReLU" and shown["arch"] == [64, 64]
     assert shown["schedule"] == "rlq.core.jsonio.plain_json" and "0x" not in shown["noise"]
     assert plain_json({**settings, "noise": Noise()}) == shown  # another object of the same kind: equal
+
+
+def test_publish_carries_a_runs_actors_and_reuse_copies_them_without_replacing_any(tmp_path, monkeypatch):
+    import rlq.experiments.results as results
+
+    run = tmp_path / "run"
+    shutil.copytree(LONG, run)
+    (run / "actors").mkdir()
+    (run / "actors" / "gst__0.npz").write_bytes(b"actor bytes")
+    published = publish(run, dest=tmp_path / "published")
+    assert (published / "actors" / "gst__0.npz").read_bytes() == b"actor bytes"
+    plan = plan_reuse([published], "gst_td3_mujoco", _params())
+    new = tmp_path / "new"
+    reused = save_reuse(plan, new)
+    assert (new / "actors" / "gst__0.npz").read_bytes() == b"actor bytes"
+    assert reused[0]["runs"] == len(list((new / "jobs").iterdir())) == len(pd.read_csv(LONG / "summary.csv"))
+    held = tmp_path / "held"
+    (held / "actors").mkdir(parents=True)
+    (held / "actors" / "gst__0.npz").write_bytes(b"another actor")
+    with pytest.raises(FileExistsError, match="gst__0.npz is there already"):
+        save_reuse(plan, held)
+    assert (held / "actors" / "gst__0.npz").read_bytes() == b"another actor" and not (held / "jobs").exists()
+    monkeypatch.setattr(results, "RUN_FILES_MAX_BYTES", 10)
+    with pytest.raises(ValueError, match="save each actor alone"):
+        publish(run, dest=tmp_path / "too_big")
+    assert not (tmp_path / "too_big").exists()

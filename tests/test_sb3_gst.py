@@ -26,7 +26,9 @@ from rlq.sb3.checkpoint import (
     CompressedCheckpoints,
     dense_state_dict,
     load_compressed,
+    load_dense_actor,
     save_compressed,
+    save_dense_actor,
     saved_callback_states,
 )
 from rlq.sb3.compression import CompressionCallback
@@ -489,3 +491,32 @@ def test_structural_changes_keep_the_optimizer_state_of_untouched_layers(optimiz
     else:
         assert max(steps.values()) == (400 - 200) // 2 + 1  # every state restarted at the hand-over
     assert_optimizers_hold_live_parameters(model)
+
+
+def test_a_dense_actor_file_gives_a_new_agent_the_trained_actors_actions(tmp_path):
+    env_id, hyper = tiny("TD3")
+    model = make_model("TD3", env_id, seed=0, hyperparams=hyper)
+    model.learn(
+        400, callback=ScriptedGST(**gst_settings(total=400))
+    )  # pruned after the block-circulant phase
+    path = save_dense_actor(model, tmp_path / "actor.npz")
+    with np.load(
+        path
+    ) as archive:  # the actor's dense-equivalent weights, as an independent computation gives them
+        expected = {k: v.numpy() for k, v in dense_state_dict(model.policy.actor).items()}
+        assert sorted(archive.files) == sorted(expected)
+        for key, value in expected.items():
+            np.testing.assert_array_equal(archive[key], value)
+        assert (archive["mu.2.weight"] == 0).mean() > 0.3  # the pruned entries, stored as zeros
+    fresh = make_model("TD3", env_id, seed=5, hyperparams=hyper)
+    obs = np.stack([model.observation_space.sample() for _ in range(16)])
+    assert not np.allclose(
+        fresh.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0]
+    )
+    loaded = load_dense_actor(fresh, path)
+    np.testing.assert_allclose(
+        loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0], atol=1e-6
+    )
+    wider = make_model("TD3", env_id, seed=0, hyperparams={**hyper, "policy_kwargs": {"net_arch": [32, 16]}})
+    with pytest.raises(ValueError, match="actor.npz: its weights do not fit"):
+        load_dense_actor(wider, path)

@@ -21,7 +21,13 @@ import pandas as pd
 
 from rlq.core.jsonio import read_json, write_json
 from rlq.experiments.paths import data_dir
-from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE, run_state
+from rlq.experiments.run_folders import (
+    PARAMS_FILE,
+    RESULTS_FILE,
+    RUN_FILES_FOLDER,
+    RUN_FILES_MAX_BYTES,
+    run_state,
+)
 
 LEGACY_METHOD_NAMES = {"gradual": "pruning", "magnitude_pruning": "pruning"}
 """Earlier names of a compression method -> its name today: Zhu & Gupta's iterative-pruning baseline is ``pruning``."""
@@ -123,7 +129,8 @@ def publish(
     """Return the folder a finished run's CSVs, parameters and numbers were copied to.
 
     Into ``data/results/<experiment>/<preset>/``, or ``<experiment>/<name>/`` with ``name``; both only with
-    the registry's experiment names. Refuses a run that did not finish (``status`` other than ``ok``), a
+    the registry's experiment names. The run's :data:`RUN_FILES_FOLDER` (its final actors), when it has one,
+    is copied too, and refused above :data:`RUN_FILES_MAX_BYTES`. Refuses a run that did not finish (``status`` other than ``ok``), a
     variant of its preset (:func:`variant_params`) under the preset's name (it goes under a ``name`` of its
     own) and, unless ``overwrite``, a destination that already holds results. The destination is replaced
     as a whole (no file of an earlier publish stays beside the new one): the new folder is written beside it
@@ -149,14 +156,30 @@ def publish(
     recover_folder(target)
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f"{target} already holds published results; pass --overwrite to replace them")
+    run_files = _run_files(run_dir)
     staging = _staging(target)
     staging.mkdir(parents=True)
     for csv in sorted(run_dir.glob("*.csv")):
         shutil.copy2(csv, staging / csv.name)
     shutil.copy2(run_dir / PARAMS_FILE, staging / PARAMS_FILE)
+    if run_files:
+        shutil.copytree(run_dir / RUN_FILES_FOLDER, staging / RUN_FILES_FOLDER)
     write_json(staging / RESULTS_FILE, {**results, "run_folder": run_dir.name})
     replace_folder(staging, target)
     return target
+
+
+def _run_files(run_dir: Path) -> list[Path]:
+    """Return the files of ``run_dir``'s :data:`RUN_FILES_FOLDER`, after checking they are small enough to publish."""
+    folder = run_dir / RUN_FILES_FOLDER
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    size = sum(p.stat().st_size for p in files)
+    if size > RUN_FILES_MAX_BYTES:
+        raise ValueError(
+            f"{folder} holds {size / 1e6:.1f} MB, more than the {RUN_FILES_MAX_BYTES / 1e6:g} MB a published run may "
+            "carry: save each actor alone (rlq.sb3.checkpoint.save_dense_actor)"
+        )
+    return files
 
 
 def _check_preset_name(run_dir: Path, experiment: str, preset: str, name: str | None) -> None:

@@ -18,6 +18,7 @@ holding the same run, or a run the folder already holds, are refused too: nothin
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pandas as pd
 
 from rlq.core.jsonio import read_json
 from rlq.experiments.results import PLUMBING_KEYS, normalize_method_names
-from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE, run_state
+from rlq.experiments.run_folders import PARAMS_FILE, RESULTS_FILE, RUN_FILES_FOLDER, run_state
 from rlq.rl.parallel import JOBS_FOLDER, ResultStore
 
 SELECTION_KEYS = frozenset({"seeds", "method_seeds", "methods", "env_ids"})
@@ -183,6 +184,22 @@ Plan = list[tuple[Path, dict[str, Any], list[tuple[dict[str, Any], Any]]]]
 """Each source with its results.json and the (key, result) of the runs taken from it."""
 
 
+def _run_file_copies(plan: Plan, folder: Path) -> list[tuple[Path, Path]]:
+    """Return (source file, target) for every file of the sources' :data:`RUN_FILES_FOLDER`, into ``folder``;
+    a file ``folder`` holds already, or two sources hold, is refused (FileExistsError, naming both)."""
+    copies: dict[Path, Path] = {}
+    for source, _, _ in plan:
+        origin = Path(source) / RUN_FILES_FOLDER
+        for file in sorted(p for p in origin.rglob("*") if p.is_file()) if origin.is_dir() else []:
+            target = folder / file.relative_to(origin)
+            if target.exists() or target in copies:
+                raise FileExistsError(
+                    f"--reuse {source}: {target} is there already (from {copies.get(target, 'this run')}); it is not replaced"
+                )
+            copies[target] = file
+    return [(file, target) for target, file in copies.items()]
+
+
 def parse_run_spec(text: str) -> dict[str, Any]:
     """Return the run fields named by ``--retrain`` text such as ``method=gst,seed=2`` (integers as int)."""
     spec: dict[str, Any] = {}
@@ -292,7 +309,9 @@ def replaced_runs(
 
 def save_reuse(plan: Plan, path: str | Path) -> list[dict[str, Any]]:
     """Return what was reused from each source (its path, runs, keys, training seconds), after saving the runs
-    of ``plan`` in the run folder ``path``'s job store; a run the store already holds is refused."""
+    of ``plan`` in the run folder ``path``'s job store and copying each source's :data:`RUN_FILES_FOLDER` (its
+    runs' final actors) into ``path``'s. A run the store already holds, or a file the folder already holds, is
+    refused before anything is written; a run that is trained again writes its own files over those copied."""
     store = ResultStore(Path(path) / JOBS_FOLDER)
     for _source, _, runs in plan:
         for key, _ in runs:
@@ -300,6 +319,10 @@ def save_reuse(plan: Plan, path: str | Path) -> list[dict[str, Any]]:
                 raise FileExistsError(
                     f"{store.path(key)} already holds run {key}; it is not replaced by --reuse"
                 )
+    copies = _run_file_copies(plan, Path(path) / RUN_FILES_FOLDER)
+    for source_file, target in copies:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source_file, target)
     reused = []
     for source, results, runs in plan:
         for key, result in runs:

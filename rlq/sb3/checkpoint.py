@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -228,6 +229,42 @@ def saved_callback_states(path: str | Path) -> dict[str, Any]:
         if STATE_ENTRY not in archive.namelist():
             return {}
         return json.loads(archive.read(STATE_ENTRY)).get("callbacks", {})
+
+
+def save_dense_actor(model: Any, path: str | Path) -> Path:
+    """Return ``path`` after writing the dense-equivalent weights of ``model``'s actor (``model.policy.actor``).
+
+    A compressed NumPy archive (``.npz``) of :func:`dense_state_dict` of the actor alone: compressed layers
+    as their dense weights with the pruned entries zero, so the file is small where the actor is sparse
+    (about 0.1 MB for TD3's 400-300 actor at 84% compression, against 6 MB for the whole agent of
+    :func:`save_compressed`). It holds what deploying the actor needs and nothing to train on:
+    :func:`load_dense_actor` puts it into a new model of the same algorithm and networks.
+    """
+    path = Path(path)
+    state = {key: value.detach().cpu().numpy() for key, value in dense_state_dict(model.policy.actor).items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        np.savez_compressed(handle, **state)
+    tmp.replace(path)
+    return path
+
+
+def load_dense_actor(model: Any, path: str | Path) -> Any:
+    """Return ``model`` after loading the actor weights :func:`save_dense_actor` wrote into ``model.policy.actor``.
+
+    ``model`` is a new model of the algorithm and networks that saved them (e.g. from
+    :func:`rlq.rl.agents.make_model`); a file whose entries or shapes differ from its actor's raises, naming
+    the file. The actor then computes the saved one's actions; its target network and critics stay as built.
+    """
+    path = Path(path)
+    with np.load(path) as archive:
+        state = {key: torch.from_numpy(archive[key]) for key in archive.files}
+    try:
+        model.policy.actor.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        raise ValueError(f"{path}: its weights do not fit this model's actor: {error}") from None
+    return model
 
 
 class CompressedCheckpoints(Checkpoints):
