@@ -11,11 +11,11 @@ block-circulant layer is slower than nn.Linear). Also prints what ``choose_forwa
 from __future__ import annotations
 
 import argparse
-import platform
 
 import torch
 
 from rlq.compress import CirculantCall, measure_forward_paths
+from rlq.core.cpu import cpu_model
 
 WIDTHS = (256, 1024)  # square layers, in = out
 BLOCK_SIZES = (2, 4, 8, 16)
@@ -29,10 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"{platform.processor() or platform.machine()}"
-    )
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {cpu_model()}")
     header = (
         f"{'width':>5} {'B':>3} {'batch':>5} | {'mode':>5} | {'plain us':>9} {'dense us':>9} {'fft us':>9} "
         f"| {'fft/dense':>9} | {'best/plain':>10} | choice"

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
 import torch
 
 from rlq.compress import circulant
+from rlq.core.cpu import cpu_model
 
 SHAPES = ((400, 300), (256, 256), (64, 64), (1024, 1024))  # (out, in): SB3's TD3 hidden layer first
 
@@ -80,9 +80,7 @@ def main() -> None:
         )
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
-    print(
-        f"torch {torch.__version__}, 1 thread, {platform.processor() or platform.machine()}, load {load:.2f}"
-    )
+    print(f"torch {torch.__version__}, 1 thread, {cpu_model()}, load {load:.2f}")
     header = f"{'shape':>10} {'B':>2} | {'op':>9} | {'torch us':>9} {'kernel us':>9} | torch/kernel"
     print(header)
     print("-" * len(header))

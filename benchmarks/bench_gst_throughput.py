@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 
 import numpy as np
 import torch
 
 from rlq.compress import circulant
+from rlq.core.cpu import cpu_model
 from rlq.quant import tensor as quant_tensor
 from rlq.rl.agents import make_model
 from rlq.sb3.compression import CompressionCallback
@@ -140,7 +140,7 @@ def main() -> None:  # noqa: PLR0915
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"TD3 on {ENV_ID}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-        f"{platform.processor() or platform.machine()}, load {load:.2f}; {args.steps} training steps per "
+        f"{cpu_model()}, load {load:.2f}; {args.steps} training steps per "
         f"method after {args.learning_starts} random steps, in {args.rounds} interleaved rounds"
     )
     runs = {}

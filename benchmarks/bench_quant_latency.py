@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
+from rlq.core.cpu import cpu_model
 from rlq.quant import BACKENDS, compare_backends
 
 
@@ -93,7 +93,7 @@ def main() -> None:
 
     print(
         f"torch {torch.__version__} (quantized engine {torch.backends.quantized.engine}), onnxruntime "
-        f"{onnxruntime.__version__}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{onnxruntime.__version__}, {cpu_model()}, {os.cpu_count()} CPUs, "
         f"threads={args.threads}, repeats={args.repeats}; median latency in microseconds"
     )
     header = [

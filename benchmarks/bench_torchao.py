@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import platform
 import statistics
 import subprocess
 
 import torch
 import torch.nn as nn
 
+from rlq.core.cpu import cpu_model
 from rlq.quant import ptq
 from rlq.quant.latency import measure_latency
 
@@ -80,7 +80,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"torch {torch.__version__}, torchao {torchao.__version__}, {torch.get_num_threads()} thread(s), "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus; uptime: {uptime}")  # fmt: skip
+          f"{cpu_model()}, {os.cpu_count()} cpus; uptime: {uptime}")  # fmt: skip
     for model_name, sizes in MODELS.items():
         built = backends(mlp(sizes))
         for batch in (int(b) for b in args.batches.split(",")):

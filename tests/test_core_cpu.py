@@ -31,3 +31,29 @@ def test_int8_needs_reduced_range(monkeypatch, tmp_path, machine, flags, expecte
 
     monkeypatch.setattr(cpu, "Path", fake_path)
     assert cpu.int8_needs_reduced_range() is expected
+
+
+@pytest.mark.parametrize(
+    ("info", "extensions", "model"),
+    [
+        ("model name\t: AMD EPYC\nflags\t\t: fpu avx2 fma avx512f avx512_vnni\n", ["AVX-512", "VNNI"],
+         "AMD EPYC (AVX-512, VNNI)"),
+        ("model name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma\n", ["AVX2"], "AMD EPYC (AVX2)"),
+        ("model name\t: Intel Xeon\nflags\t\t: avx2 avx_vnni\n", ["AVX2", "VNNI"], "Intel Xeon (AVX2, VNNI)"),
+        ("processor\t: 0\nFeatures\t: fp asimd\n", ["NEON"], "unknown (NEON)"),
+        ("model name\t: Old CPU\nflags\t\t: fpu sse2\n", [], "Old CPU"),
+        (None, [], "unknown"),
+    ],
+)  # fmt: skip
+def test_cpu_model_names_the_vector_extensions_that_decide_kernel_speed(
+    monkeypatch, tmp_path, info, extensions, model
+):
+    path = tmp_path / "cpuinfo"
+    if info is not None:
+        path.write_text(info)
+    original = Path
+    monkeypatch.setattr(
+        cpu, "Path", lambda arg, *rest: path if arg == "/proc/cpuinfo" else original(arg, *rest)
+    )
+    assert cpu.vector_extensions() == extensions
+    assert cpu.cpu_model() == model

@@ -18,17 +18,44 @@ def int8_needs_reduced_range() -> bool:
     """
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
         return False
+    flags = _cpu_flags()
+    return flags is None or not flags & {"avx512_vnni", "avx_vnni"}
+
+
+def _cpuinfo_lines() -> list[str] | None:
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        return Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return True
-    return not any(flag in flags.split() for flag in ("avx512_vnni", "avx_vnni"))
+        return None
+
+
+def _cpu_flags() -> set[str] | None:
+    """Return the first processor's flags (x86 ``flags``, Arm ``Features``), or None where /proc/cpuinfo is unreadable."""
+    lines = _cpuinfo_lines()
+    if lines is None:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def vector_extensions() -> list[str]:
+    """Return the vector extensions that decide this CPU's int8 and fp32 kernel speed: the widest of AVX-512,
+    AVX2 and NEON, then VNNI where it has it (its int8 dot products), e.g. ``["AVX-512", "VNNI"]``; [] where
+    /proc/cpuinfo tells none. Two CPUs of one model name may differ here (cloud machines of one family)."""
+    flags = _cpu_flags() or set()
+    widths = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("asimd", "NEON"))
+    widest = next((name for flag, name in widths if flag in flags), None)
+    vnni = "VNNI" if flags & {"avx512_vnni", "avx_vnni"} else None
+    return [name for name in (widest, vnni) if name]
 
 
 def cpu_model() -> str:
-    """Return the CPU's model name from /proc/cpuinfo ("unknown" where there is none)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "unknown"
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    """Return the CPU's model name from /proc/cpuinfo with its :func:`vector_extensions`, e.g.
+    ``AMD EPYC (AVX-512, VNNI)`` ("unknown" where there is no model name): what a speed figure belongs to."""
+    lines = _cpuinfo_lines() or []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    extensions = vector_extensions()
+    return f"{name} ({', '.join(extensions)})" if extensions else name
