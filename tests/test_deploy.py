@@ -14,7 +14,7 @@ from rlq.compress import block_circulant_, circulant_vectors, magnitude_prune_
 from rlq.compress.masks import prune_with_mask_
 from rlq.deploy import FP32_RTOL, compile_policy, error_bound, kernels_available
 from rlq.deploy import runtime as deploy_runtime
-from rlq.deploy.formats import DenseI8, SparseI8
+from rlq.deploy.formats import SPARSE_BLOCKS, DenseI8, SparseI8
 from rlq.deploy.frequency import Circulant
 
 BLOCK_SIZES = (2, 4, 8, 16, 32)
@@ -110,6 +110,27 @@ def dense_int8_reference(layer: nn.Linear, x: np.ndarray) -> np.ndarray:
     z = torch.round(-lo / s).clamp(0, 255)
     x_hat = (torch.clamp(torch.round(t / s) + z, 0, 255) - z) * s
     return F.linear(x_hat.double(), w_hat.double(), layer.bias.detach().double()).float().numpy()
+
+
+@pytest.mark.parametrize("block", SPARSE_BLOCKS)
+def test_every_sparse_block_shape_computes_the_documented_arithmetic(block, use_kernels):
+    # 64-byte blocks (16x4, 8x8, 4x16) take the kernels' vector path, the others their plain loops
+    torch.manual_seed(1)
+    layer = nn.Linear(250, 150)  # neither a whole number of blocks nor of accumulator steps
+    rows, cols = block
+    keep = torch.rand(-(-150 // rows), -(-250 // cols)) < 0.2
+    full = keep.repeat_interleave(rows, 0).repeat_interleave(cols, 1).float()
+    prune_with_mask_(layer, "weight", full[:150, :250])
+    compiled = compile_policy(nn.Sequential(layer), "int8", sparse_block=block, use_kernels=use_kernels)
+    op = compiled.ops[0]
+    assert isinstance(op, SparseI8) and op.block == block
+    x = inputs(16, 250, seed=2)
+    x[3] = np.abs(x[3])  # a row with no negative value
+    reference = dense_int8_reference(layer, x)
+    y = compiled(x)
+    np.testing.assert_allclose(y, reference, rtol=0, atol=1e-5 * np.abs(reference).max())
+    if use_kernels:  # a batch is its rows, bit for bit
+        np.testing.assert_array_equal(y, np.concatenate([compiled(x[i : i + 1]) for i in range(len(x))]))
 
 
 @pytest.mark.parametrize("mask", ["dense", "blocks16x4", "blocks4x16"])

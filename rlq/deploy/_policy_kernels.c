@@ -22,7 +22,7 @@
  *               W int8 (n_out, in_pad), in_pad = word 4; ptr 9 weight scales (n_out), ptr 10 colsum int32
  *   SPARSE_I8   the same arithmetic over blocks of R rows x K inputs (words 4, 5), word 6 block rows;
  *               ptr 11 rowptr int32 (block rows + 1), ptr 12 block column int32 (kept blocks); ptr 7 the
- *               kept values, per block row R rows of (kept blocks x K) bytes
+ *               kept values, per block row its kept blocks one after another, each R rows of K bytes
  *   CIRC_F32/I8/I16  block-circulant in the frequency domain, word 4 B, word 5 input blocks padded
  *               (p_pad), word 6 output blocks; ptr 7 the B-vectors' real DFTs (n_out/B, p_pad, B) in
  *               half-complex order [re_0, re_1..re_{h-1}, re_h, im_1..im_{h-1}] (h = B/2), as float, int8
@@ -305,24 +305,84 @@ static void dense_i8(op_t op, int64_t nb, const float *restrict x, float *restri
                    n_out, y + b * ld);
 }
 
-#define COPY_BLOCKS(K)                                                                  \
-    for (int32_t p = p0; p < p1; p++) {                                                 \
-        const uint8_t *src = u + (int64_t)col[p] * K;                                   \
-        uint8_t *dst = g + (int64_t)(p - p0) * K;                                       \
-        for (int m = 0; m < K; m++) dst[m] = src[m];                                    \
+/* The sums of one block row of a SPARSE_I8 op into acc[0..rows): its kept blocks p0..p1, block p's R rows of
+ * K codes at W + p R K (row r's K codes contiguous), each times the K input codes at u + col[p] K. Where a
+ * block is 64 bytes (R K = 64, K = 4, 8 or 16) one vector multiply-add takes a whole block: the block's
+ * codes against the K input codes repeated over the vector, lane j summing the products of bytes 4j..4j+3
+ * (VNNI's vpdpbusd; without VNNI, vpmaddwd on the codes widened to int16, lane j bytes 2j, 2j+1), every
+ * lane of a row summed at the end. Integer sums: the same result in any order. */
+static void block_row_sums(const int8_t *restrict W, const int32_t *restrict col, int32_t p0, int32_t p1, int64_t R,
+                           int64_t K, const uint8_t *restrict u, int64_t rows, int32_t *restrict acc) {
+#if defined(HAVE_VNNI512)
+    if (R * K == 64 && (K == 4 || K == 8 || K == 16)) {
+        __m512i a = _mm512_setzero_si512();
+        for (int32_t p = p0; p < p1; p++) {
+            const uint8_t *x = u + (int64_t)col[p] * K;
+            __m512i xv;
+            if (K == 4) {
+                int32_t v;
+                memcpy(&v, x, sizeof v);
+                xv = _mm512_set1_epi32(v);
+            } else if (K == 8) {
+                long long v;
+                memcpy(&v, x, sizeof v);
+                xv = _mm512_set1_epi64(v);
+            } else {
+                xv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x));
+            }
+            a = _mm512_dpbusd_epi32(a, xv, _mm512_loadu_si512(W + (int64_t)p * 64));
+        }
+        int32_t lanes[16];
+        _mm512_storeu_si512(lanes, a);
+        const int64_t per = K / 4; /* lanes of one row */
+        for (int64_t r = 0; r < rows; r++) {
+            int32_t t = 0;
+            for (int64_t j = 0; j < per; j++) t += lanes[r * per + j];
+            acc[r] = t;
+        }
+        return;
     }
-
-/* the kept K-input blocks of one block row gathered from u into g, so that each row is one dense dot */
-static void gather_blocks(const uint8_t *restrict u, const int32_t *restrict col, int32_t p0, int32_t p1,
-                          int64_t K, uint8_t *restrict g) {
-    switch (K) {
-    case 4: COPY_BLOCKS(4) break;
-    case 8: COPY_BLOCKS(8) break;
-    case 16: COPY_BLOCKS(16) break;
-    case 32: COPY_BLOCKS(32) break;
-    case 64: COPY_BLOCKS(64) break;
-    default:
-        for (int32_t p = p0; p < p1; p++) memcpy(g + (int64_t)(p - p0) * K, u + (int64_t)col[p] * K, K);
+#elif defined(HAVE_MADD16)
+    if (R * K == 64 && (K == 4 || K == 8 || K == 16)) {
+        __m256i a[4];
+        for (int c = 0; c < 4; c++) a[c] = _mm256_setzero_si256();
+        for (int32_t p = p0; p < p1; p++) {
+            const uint8_t *x = u + (int64_t)col[p] * K;
+            __m128i pattern;
+            if (K == 4) {
+                int32_t v;
+                memcpy(&v, x, sizeof v);
+                pattern = _mm_set1_epi32(v);
+            } else if (K == 8) {
+                long long v;
+                memcpy(&v, x, sizeof v);
+                pattern = _mm_set1_epi64x(v);
+            } else {
+                pattern = _mm_loadu_si128((const __m128i *)x);
+            }
+            const __m256i xv = _mm256_cvtepu8_epi16(pattern);
+            for (int c = 0; c < 4; c++)
+                a[c] = _mm256_add_epi32(a[c], _mm256_madd_epi16(xv, load_w16(W + (int64_t)p * 64 + 16 * c)));
+        }
+        int32_t lanes[32];
+        for (int c = 0; c < 4; c++) _mm256_storeu_si256((__m256i *)(lanes + 8 * c), a[c]);
+        const int64_t per = K / 2; /* lanes of one row */
+        for (int64_t r = 0; r < rows; r++) {
+            int32_t t = 0;
+            for (int64_t j = 0; j < per; j++) t += lanes[r * per + j];
+            acc[r] = t;
+        }
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        int32_t t = 0;
+        for (int32_t p = p0; p < p1; p++) {
+            const uint8_t *x = u + (int64_t)col[p] * K;
+            const int8_t *w = W + ((int64_t)p * R + r) * K;
+            for (int64_t k = 0; k < K; k++) t += (int32_t)x[k] * w[k];
+        }
+        acc[r] = t;
     }
 }
 
@@ -334,16 +394,9 @@ static void sparse_i8(op_t op, int64_t nb, const float *restrict x, float *restr
     for (int64_t b = 0; b < nb; b++)
         quantize_row(x + b * ld, n_in, ((n_in + K - 1) / K) * K, buf->u + b * bw, buf->s + b, buf->z + b);
     for (int64_t br = 0; br < n_rows; br++) {
-        const int32_t p0 = rowptr[br], p1 = rowptr[br + 1];
-        const int64_t len = (int64_t)(p1 - p0) * K, r0 = br * R;
-        const int64_t rows = n_out - r0 < R ? n_out - r0 : R;
-        if (len == 0) {
-            for (int64_t b = 0; b < nb; b++)
-                for (int64_t r = 0; r < rows; r++) buf->acc[b * ld + r0 + r] = 0;
-            continue;
-        }
-        for (int64_t b = 0; b < nb; b++) gather_blocks(buf->u + b * bw, col, p0, p1, K, buf->g + b * bw);
-        dot_rows_u8s8(values + (int64_t)p0 * R * K, len, rows, buf->g, bw, len, nb, buf->acc + r0, ld, buf->u16);
+        const int64_t r0 = br * R, rows = n_out - r0 < R ? n_out - r0 : R;
+        for (int64_t b = 0; b < nb; b++)
+            block_row_sums(values, col, rowptr[br], rowptr[br + 1], R, K, buf->u + b * bw, rows, buf->acc + b * ld + r0);
     }
     for (int64_t b = 0; b < nb; b++)
         dequantize(buf->acc + b * ld, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), buf->s[b], buf->z[b],

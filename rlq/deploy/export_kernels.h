@@ -146,7 +146,7 @@ static void rlq_dense_lowbit(int n_in, int n_out, int bits, const uint8_t *strea
 #endif
 
 #ifdef RLQ_USES_SPARSE_I8
-/* w: per block row, its R rows, each the concatenation of the row's kept blocks' K codes. */
+/* w: per block row, its kept blocks one after another, each block its R rows of K codes. */
 static void rlq_sparse_i8(int n_in, int n_out, int R, int K, int block_rows, const int8_t *w,
                           const int32_t *rowptr, const int32_t *col, const float *wscale,
                           const int32_t *colsum, const float *b, int activation, const float *x, float *y,
@@ -160,13 +160,13 @@ static void rlq_sparse_i8(int n_in, int n_out, int R, int K, int block_rows, con
         const int8_t *base = w + (long)rowptr[br] * R * K;
         for (r = 0; r < R; r++) {
             int o = br * R + r;
-            const int8_t *row = base + (long)r * kept * K;
             int32_t acc = 0;
             if (o >= n_out) break;
             for (p = 0; p < kept; p++) {
                 int c0 = col[rowptr[br] + p] * K;
+                const int8_t *row = base + ((long)p * R + r) * K;
                 for (k = 0; k < K; k++) {
-                    if (c0 + k < n_in) acc += (int32_t)u[c0 + k] * (int32_t)row[p * K + k];
+                    if (c0 + k < n_in) acc += (int32_t)u[c0 + k] * (int32_t)row[k];
                 }
             }
             y[o] = (float)(acc - z * colsum[o]) * (s * wscale[o]);

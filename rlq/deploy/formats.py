@@ -10,7 +10,9 @@ the kernels are not built, and the reference the tests hold the kernels to).
   is quantized on the fly to uint8 with its own scale and zero point (asymmetric, as ONNX Runtime's
   ``DynamicQuantizeLinear``), so the product is an exact int32 sum of u8 x s8 products, dequantized once.
 - :class:`SparseI8`: the same arithmetic over the kept ``R x K`` blocks of a pruned weight: per block row,
-  the kept blocks' column indices (int32) and their codes; all-zero blocks are neither stored nor read.
+  the kept blocks' column indices (int32) and their codes, block after block (each block its ``R`` rows of
+  ``K`` codes, the shape one vector multiply-add takes where ``R * K`` is 64); all-zero blocks are neither
+  stored nor read.
 - :class:`Affine`: ``clip(x * scale + shift, low, high)`` per feature (SB3's action scaling), or an
   activation on its own.
 
@@ -351,8 +353,8 @@ class SparseI8(_Int8Rows):
         padded = np.zeros((out_pad, in_pad), np.int8)
         padded[: spec.n_out, : spec.n_in] = codes
         tiles = padded.reshape(keep.shape[0], rows, keep.shape[1], cols)
-        # per block row: R rows, each the concatenation of its kept blocks' K codes
-        values = [tiles[br][:, keep[br], :].reshape(rows, -1).reshape(-1) for br in range(keep.shape[0])]
+        # per block row: its kept blocks one after another, each block its R rows of K codes
+        values = [tiles[br][:, keep[br], :].transpose(1, 0, 2).reshape(-1) for br in range(keep.shape[0])]
         self.arrays["weight"] = np.ascontiguousarray(np.concatenate([*values, np.zeros(1, np.int8)]))
         self.arrays["rowptr"] = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int32)
         self.arrays["col"] = np.concatenate([np.flatnonzero(r) for r in keep] + [[0]]).astype(np.int32)
