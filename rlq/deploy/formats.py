@@ -32,6 +32,8 @@ LANES = 32
 """Float lanes of the kernels' accumulators: dense rows and DFT blocks are padded to a multiple of it."""
 I8_ROW_ALIGN = 64
 """int8 rows are padded to a multiple of this many codes."""
+DENSE_I8_BLOCK = (16, 4)
+"""The ``(rows, inputs)`` blocks :class:`DenseI8` stores its codes in for the kernels (64 bytes: one vector)."""
 SPARSE_BLOCKS = ((16, 4), (8, 8), (4, 16), (4, 4), (1, 64), (1, 32), (1, 16), (1, 4))
 """Block shapes ``(rows, inputs)`` :func:`choose_block` tries for a pruned weight, in order of preference."""
 MAX_SPARSE_DENSITY = 0.5
@@ -242,17 +244,25 @@ class _Int8Rows(PackedOp):
 
 
 class DenseI8(_Int8Rows):
-    """A Linear layer as int8 codes, one scale per output row, rows padded to :data:`I8_ROW_ALIGN`."""
+    """A Linear layer as int8 codes, one scale per output row.
+
+    The kernels read the codes in ``16 x 4`` blocks (:data:`DENSE_I8_BLOCK`), block row after block row, each
+    block its 16 rows of 4 codes: one vector multiply-add takes a block and no row needs a sum across lanes,
+    which is what a layer with few inputs and many outputs (an MLP's first) spends most of its time on when
+    its rows are dotted one by one. ``codes`` keeps them row by row (the NumPy path, the exported C file).
+    """
 
     kernel, code_name = "dense_int8", "DENSE_I8"
 
     def __init__(self, spec: LinearSpec):
         super().__init__(spec.name, spec.n_in, spec.n_out, spec.activation)
         codes = self._quantize(spec)
-        self.in_pad = round_up(spec.n_in, I8_ROW_ALIGN)
-        padded = np.zeros((spec.n_out, self.in_pad), np.int8)
-        padded[:, : spec.n_in] = codes
-        self.arrays["weight"] = padded
+        rows, cols = DENSE_I8_BLOCK
+        self.in_pad = round_up(spec.n_in, cols)
+        padded = np.zeros((round_up(spec.n_out, rows), self.in_pad), np.int8)
+        padded[: spec.n_out, : spec.n_in] = codes
+        blocks = padded.reshape(-1, rows, self.in_pad // cols, cols).transpose(0, 2, 1, 3)
+        self.arrays["weight"] = np.ascontiguousarray(blocks).reshape(-1)
 
     def sizes(self) -> tuple[int, int, int]:
         return self.in_pad, 0, 0
