@@ -20,8 +20,9 @@
  * Ops (word 0; words 1-3: n_in, n_out, activation; 4-6: sizes; 7-15: pointers):
  *   DENSE_F32   y = W x + b                      W float (n_out, in_pad), in_pad = word 4
  *   DENSE_I8    x -> u8 codes (per row, asymmetric: x ~ s (u - z)); y = s w_o (W u - z colsum) + b
- *               W int8 in 16 x 4 blocks (n_out/16 block rows padded, in_pad/4 blocks each, a block its 16
- *               rows of 4 codes), in_pad = word 4; ptr 9 weight scales (n_out), ptr 10 colsum int32
+ *               W int8 (n_out, in_pad), in_pad = word 4, row by row; or, where word 5 is 1 (few inputs), in
+ *               16 x 4 blocks (n_out/16 block rows, padded, of in_pad/4 blocks, a block its 16 rows of 4
+ *               codes); ptr 9 weight scales (n_out), ptr 10 colsum int32
  *   SPARSE_I8   the same arithmetic over blocks of R rows x K inputs (words 4, 5), word 6 block rows;
  *               ptr 11 rowptr int32 (block rows + 1), ptr 12 block column int32 (kept blocks); ptr 7 the
  *               kept values, per block row its kept blocks one after another, each R rows of K bytes
@@ -109,6 +110,7 @@ typedef struct {
 typedef struct {
     float *cur, *nxt, *X, *Xs;
     uint8_t *u, *g, *h;
+    int16_t *u16;
     int32_t *acc;
     float *s;
     int32_t *z;
@@ -206,20 +208,114 @@ static void quantize_row(const float *restrict x, int64_t n, int64_t n_pad, uint
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 #define HAVE_VNNI512 1
 #endif
-#define CHAINS 8 /* independent accumulators of a block row's sums (a power of 2): enough to hide a multiply-add's latency */
 #if defined(__AVX2__) && !defined(HAVE_VNNI512)
-/* Without VNNI, gcc vectorises u8 x s8 sums as 16-bit products widened one by one; AVX2's vpmaddwd multiplies
- * 16-bit pairs and adds each pair into an int32 lane in one instruction, on codes widened to int16 as they are
- * loaded. Integer sums: the same result in any order. */
+/* Without VNNI, gcc vectorises the u8 x s8 sums below as 16-bit products widened one by one; AVX2's vpmaddwd
+ * multiplies 16-bit pairs and adds each pair into an int32 lane in one instruction. The codes of each row are
+ * widened to int16 once (scratch: nb rows of len), the weights as they are loaded. Integer sums: the same
+ * result in any order. */
 #define HAVE_MADD16 1
 
+static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
 static inline __m256i load_w16(const int8_t *p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); }
+
+#define DEFINE_DOT_MADD(ROWS)                                                                             \
+    static inline void dot_madd_##ROWS(const int8_t *restrict W, int64_t stride, const int16_t *restrict x, \
+                                       const uint8_t *restrict u, int64_t len, int32_t *restrict out) {   \
+        const int64_t len16 = len / 16 * 16;                                                              \
+        __m256i a[ROWS];                                                                                  \
+        for (int r = 0; r < ROWS; r++) a[r] = _mm256_setzero_si256();                                     \
+        for (int64_t k = 0; k < len16; k += 16) {                                                         \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k));                              \
+            for (int r = 0; r < ROWS; r++)                                                                \
+                a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(xv, load_w16(W + r * stride + k)));       \
+        }                                                                                                 \
+        for (int r = 0; r < ROWS; r++) {                                                                  \
+            int32_t t = hsum_i32(a[r]);                                                                   \
+            for (int64_t k = len16; k < len; k++) t += (int32_t)u[k] * W[r * stride + k];                 \
+            out[r] = t;                                                                                   \
+        }                                                                                                 \
+    }
+DEFINE_DOT_MADD(4)
+DEFINE_DOT_MADD(1)
 #endif
+
+/* rows [0, n) of W (row stride `stride`, `len` codes each) dotted with each of nb code rows (u, `ustride`
+ * bytes apart), into acc (row b at acc + b * astride); `scratch`: nb * len int16 */
+static void dot_rows_u8s8(const int8_t *restrict W, int64_t stride, int64_t n, const uint8_t *restrict u,
+                          int64_t ustride, int64_t len, int64_t nb, int32_t *restrict acc, int64_t astride,
+                          int16_t *restrict scratch) {
+    int64_t o = 0;
+#ifdef HAVE_MADD16
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t k = 0; k < len; k++) scratch[b * len + k] = u[b * ustride + k];
+    int32_t out[4];
+    for (; o + 4 <= n; o += 4)
+        for (int64_t b = 0; b < nb; b++) {
+            dot_madd_4(W + o * stride, stride, scratch + b * len, u + b * ustride, len, out);
+            for (int r = 0; r < 4; r++) acc[b * astride + o + r] = out[r];
+        }
+    for (; o < n; o++)
+        for (int64_t b = 0; b < nb; b++)
+            dot_madd_1(W + o * stride, stride, scratch + b * len, u + b * ustride, len, acc + b * astride + o);
+    return;
+#else
+    (void)scratch;
+#endif
+    for (; o + 4 <= n; o += 4) {
+        const int8_t *w0 = W + o * stride, *w1 = w0 + stride, *w2 = w1 + stride, *w3 = w2 + stride;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *ub = u + b * ustride;
+            int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+            for (int64_t k = 0; k < len; k++) {
+                const int32_t v = ub[k];
+                a0 += v * w0[k];
+                a1 += v * w1[k];
+                a2 += v * w2[k];
+                a3 += v * w3[k];
+            }
+            int32_t *ab = acc + b * astride;
+            ab[o] = a0, ab[o + 1] = a1, ab[o + 2] = a2, ab[o + 3] = a3;
+        }
+    }
+    for (; o < n; o++) {
+        const int8_t *w0 = W + o * stride;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *ub = u + b * ustride;
+            int32_t a0 = 0;
+            for (int64_t k = 0; k < len; k++) a0 += (int32_t)ub[k] * w0[k];
+            acc[b * astride + o] = a0;
+        }
+    }
+}
 
 static void dequantize(const int32_t *restrict acc, const int32_t *restrict colsum, const float *restrict wscale,
                        float s, int32_t z, int64_t n, float *restrict y) {
     for (int64_t o = 0; o < n; o++) y[o] = (float)(acc[o] - z * colsum[o]) * (s * wscale[o]);
 }
+
+#if defined(HAVE_VNNI512)
+/* the K input codes of block p (at column col[p], or p where col is NULL) repeated over 64 bytes */
+static inline __m512i repeat_inputs(const uint8_t *restrict u, const int32_t *restrict col, int32_t p, int64_t K) {
+    const uint8_t *x = u + (int64_t)(col ? col[p] : p) * K;
+    if (K == 4) {
+        int32_t v;
+        memcpy(&v, x, sizeof v);
+        return _mm512_set1_epi32(v);
+    }
+    if (K == 8) {
+        long long v;
+        memcpy(&v, x, sizeof v);
+        return _mm512_set1_epi64(v);
+    }
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x));
+}
+#endif
 
 /* The sums of one block row of an int8 op into acc[0..rows): its blocks p0..p1, block p's R rows of K codes
  * at W + p R K (row r's K codes contiguous), each times the K input codes at u + col[p] K (a DENSE_I8 op
@@ -232,27 +328,19 @@ static void block_row_sums(const int8_t *restrict W, const int32_t *restrict col
                            int64_t K, const uint8_t *restrict u, int64_t rows, int32_t *restrict acc) {
 #if defined(HAVE_VNNI512)
     if (R * K == 64 && (K == 4 || K == 8 || K == 16)) {
-        __m512i a[CHAINS]; /* independent sums, block p into chain p % CHAINS: a multiply-add waits on none */
-        for (int c = 0; c < CHAINS; c++) a[c] = _mm512_setzero_si512();
-        for (int32_t p = p0; p < p1; p++) {
-            const uint8_t *x = u + (int64_t)(col ? col[p] : p) * K;
-            __m512i xv;
-            if (K == 4) {
-                int32_t v;
-                memcpy(&v, x, sizeof v);
-                xv = _mm512_set1_epi32(v);
-            } else if (K == 8) {
-                long long v;
-                memcpy(&v, x, sizeof v);
-                xv = _mm512_set1_epi64(v);
-            } else {
-                xv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x));
-            }
-            a[p % CHAINS] = _mm512_dpbusd_epi32(a[p % CHAINS], xv, _mm512_loadu_si512(W + (int64_t)p * 64));
+        /* four independent sums, blocks taken four at a time, so that a multiply-add waits on none */
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        int32_t p = p0;
+        for (; p + 4 <= p1; p += 4) {
+            const int8_t *w = W + (int64_t)p * 64;
+            a0 = _mm512_dpbusd_epi32(a0, repeat_inputs(u, col, p, K), _mm512_loadu_si512(w));
+            a1 = _mm512_dpbusd_epi32(a1, repeat_inputs(u, col, p + 1, K), _mm512_loadu_si512(w + 64));
+            a2 = _mm512_dpbusd_epi32(a2, repeat_inputs(u, col, p + 2, K), _mm512_loadu_si512(w + 128));
+            a3 = _mm512_dpbusd_epi32(a3, repeat_inputs(u, col, p + 3, K), _mm512_loadu_si512(w + 192));
         }
-        for (int c = CHAINS / 2; c > 0; c /= 2)
-            for (int i = 0; i < c; i++) a[i] = _mm512_add_epi32(a[i], a[i + c]);
-        const __m512i sum = a[0];
+        for (; p < p1; p++)
+            a0 = _mm512_dpbusd_epi32(a0, repeat_inputs(u, col, p, K), _mm512_loadu_si512(W + (int64_t)p * 64));
+        const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
         if (K == 4) { /* one lane a row */
             _mm512_mask_storeu_epi32(acc, (__mmask16)((1u << rows) - 1u), sum);
             return;
@@ -312,14 +400,18 @@ static void block_row_sums(const int8_t *restrict W, const int32_t *restrict col
 }
 
 static void dense_i8(op_t op, int64_t nb, const float *restrict x, float *restrict y, buffers_t *buf) {
-    const int64_t n_in = op.w[1], n_out = op.w[2], in_pad = op.w[4], ld = buf->fw, bw = buf->bw;
-    const int64_t blocks = in_pad / 4; /* 16 x 4 blocks a block row */
+    const int64_t n_in = op.w[1], n_out = op.w[2], in_pad = op.w[4], blocked = op.w[5], ld = buf->fw, bw = buf->bw;
     const int8_t *W = PTR(op, 7, const int8_t *);
     for (int64_t b = 0; b < nb; b++) quantize_row(x + b * ld, n_in, in_pad, buf->u + b * bw, buf->s + b, buf->z + b);
-    for (int64_t r0 = 0; r0 < n_out; r0 += 16) {
-        const int64_t rows = n_out - r0 < 16 ? n_out - r0 : 16;
-        for (int64_t b = 0; b < nb; b++)
-            block_row_sums(W + r0 * in_pad, NULL, 0, (int32_t)blocks, 16, 4, buf->u + b * bw, rows, buf->acc + b * ld + r0);
+    if (blocked) { /* 16 x 4 blocks, block row after block row */
+        for (int64_t r0 = 0; r0 < n_out; r0 += 16) {
+            const int64_t rows = n_out - r0 < 16 ? n_out - r0 : 16;
+            for (int64_t b = 0; b < nb; b++)
+                block_row_sums(W + r0 * in_pad, NULL, 0, (int32_t)(in_pad / 4), 16, 4, buf->u + b * bw, rows,
+                               buf->acc + b * ld + r0);
+        }
+    } else {
+        dot_rows_u8s8(W, in_pad, n_out, buf->u, bw, in_pad, nb, buf->acc, ld, buf->u16);
     }
     for (int64_t b = 0; b < nb; b++)
         dequantize(buf->acc + b * ld, PTR(op, 10, const int32_t *), PTR(op, 9, const float *), buf->s[b], buf->z[b],
@@ -719,16 +811,16 @@ static PyObject *forward(PyObject *self, PyObject *args) {
         const int64_t fw = (width + 15) / 16 * 16, bw = (nbytes + 63) / 64 * 64;
         const size_t fbytes = (size_t)(rows * fw) * sizeof(float) + 64, bbytes = (size_t)(rows * bw) + 64;
         const size_t sbytes = (size_t)rows * (sizeof(float) + sizeof(int32_t));
-        char *mem = malloc(5 * fbytes + 3 * bbytes + sbytes);
+        char *mem = malloc(5 * fbytes + 5 * bbytes + sbytes); /* 2 bbytes: int16 codes */
         if (mem == NULL) {
             PyErr_NoMemory();
         } else {
             buffers_t buf = {(float *)mem, (float *)(mem + fbytes), (float *)(mem + 2 * fbytes),
                              (float *)(mem + 3 * fbytes), (uint8_t *)(mem + 5 * fbytes),
                              (uint8_t *)(mem + 5 * fbytes + bbytes), (uint8_t *)(mem + 5 * fbytes + 2 * bbytes),
-                             (int32_t *)(mem + 4 * fbytes),
-                             (float *)(mem + 5 * fbytes + 3 * bbytes),
-                             (int32_t *)(mem + 5 * fbytes + 3 * bbytes + rows * sizeof(float)), fw, bw};
+                             (int16_t *)(mem + 5 * fbytes + 3 * bbytes), (int32_t *)(mem + 4 * fbytes),
+                             (float *)(mem + 5 * fbytes + 5 * bbytes),
+                             (int32_t *)(mem + 5 * fbytes + 5 * bbytes + rows * sizeof(float)), fw, bw};
             const float *x = (const float *)obs.buf;
             float *y = (float *)out.buf;
             Py_BEGIN_ALLOW_THREADS for (Py_ssize_t b = 0; b < batch; b += TILE) {

@@ -33,7 +33,10 @@ LANES = 32
 I8_ROW_ALIGN = 64
 """int8 rows are padded to a multiple of this many codes."""
 DENSE_I8_BLOCK = (16, 4)
-"""The ``(rows, inputs)`` blocks :class:`DenseI8` stores its codes in for the kernels (64 bytes: one vector)."""
+"""The ``(rows, inputs)`` blocks :class:`DenseI8` stores a layer with few inputs in (64 bytes: one vector)."""
+DENSE_I8_BLOCKED_INPUTS = 64
+"""The most inputs a :class:`DenseI8` layer has to be stored in :data:`DENSE_I8_BLOCK` blocks (a row of more
+codes sums faster along the row: measured on AVX-512 VNNI, TD3's 400-input and a 2048-input layer)."""
 SPARSE_BLOCKS = ((16, 4), (8, 8), (4, 16), (4, 4), (1, 64), (1, 32), (1, 16), (1, 4))
 """Block shapes ``(rows, inputs)`` :func:`choose_block` tries for a pruned weight, in order of preference."""
 MAX_SPARSE_DENSITY = 0.5
@@ -246,10 +249,12 @@ class _Int8Rows(PackedOp):
 class DenseI8(_Int8Rows):
     """A Linear layer as int8 codes, one scale per output row.
 
-    The kernels read the codes in ``16 x 4`` blocks (:data:`DENSE_I8_BLOCK`), block row after block row, each
-    block its 16 rows of 4 codes: one vector multiply-add takes a block and no row needs a sum across lanes,
-    which is what a layer with few inputs and many outputs (an MLP's first) spends most of its time on when
-    its rows are dotted one by one. ``codes`` keeps them row by row (the NumPy path, the exported C file).
+    The kernels read a layer with many inputs row by row (each row padded to :data:`I8_ROW_ALIGN` codes: a
+    row's sum runs in whole vectors, then across lanes once), and a layer with few inputs
+    (:data:`DENSE_I8_BLOCKED_INPUTS` or fewer, an MLP's first) in ``16 x 4`` blocks (:data:`DENSE_I8_BLOCK`),
+    block row after block row, each block its 16 rows of 4 codes: one vector multiply-add takes a block and no
+    row needs a sum across lanes, which is most of a row's time when it holds a few dozen codes. ``codes``
+    keeps them row by row, unpadded (the NumPy path, the exported C file).
     """
 
     kernel, code_name = "dense_int8", "DENSE_I8"
@@ -257,15 +262,17 @@ class DenseI8(_Int8Rows):
     def __init__(self, spec: LinearSpec):
         super().__init__(spec.name, spec.n_in, spec.n_out, spec.activation)
         codes = self._quantize(spec)
-        rows, cols = DENSE_I8_BLOCK
+        self.blocked = spec.n_in <= DENSE_I8_BLOCKED_INPUTS
+        rows, cols = DENSE_I8_BLOCK if self.blocked else (1, I8_ROW_ALIGN)
         self.in_pad = round_up(spec.n_in, cols)
         padded = np.zeros((round_up(spec.n_out, rows), self.in_pad), np.int8)
         padded[: spec.n_out, : spec.n_in] = codes
-        blocks = padded.reshape(-1, rows, self.in_pad // cols, cols).transpose(0, 2, 1, 3)
-        self.arrays["weight"] = np.ascontiguousarray(blocks).reshape(-1)
+        if self.blocked:
+            padded = padded.reshape(-1, rows, self.in_pad // cols, cols).transpose(0, 2, 1, 3)
+        self.arrays["weight"] = np.ascontiguousarray(padded).reshape(-1)
 
     def sizes(self) -> tuple[int, int, int]:
-        return self.in_pad, 0, 0
+        return self.in_pad, int(self.blocked), 0
 
     def pointers(self) -> list[np.ndarray | None]:
         a = self.arrays

@@ -47,6 +47,10 @@ from rlq.deploy.formats import (
 from rlq.deploy.frequency import KERNEL_BLOCK_SIZES, PRECISIONS, Circulant
 from rlq.deploy.reader import LinearSpec, OutputSpec, read_policy
 
+_FLOAT32 = np.dtype(np.float32)
+_DISCRETE_KINDS = ("argmax", "multi_argmax", "binary")
+"""Output kinds whose actions are taken from the network's output (the others return it as it is)."""
+
 try:  # built by setup.py where a C compiler is present; optional
     from rlq.deploy import _policy_kernels
 except ImportError:  # pragma: no cover - depends on the install
@@ -129,6 +133,8 @@ class CompiledPolicy:
         self.compiled = bool(use_kernels and _policy_kernels is not None and all(op.code_name for op in ops))
         self._program = self._build_program() if self.compiled else None
         self._program_ptr = 0 if self._program is None else int(self._program.__array_interface__["data"][0])
+        # __call__'s short path: the kernels' output is the result (no argmax to take)
+        self._outputs_are_actions = self._program is not None and output.kind not in _DISCRETE_KINDS
 
     def _build_program(self) -> np.ndarray:
         c = _policy_kernels.constants()
@@ -188,6 +194,17 @@ class CompiledPolicy:
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Return the actions (or outputs) for a float32 batch ``(batch, obs_dim)``; see the class docstring."""
+        if (  # the common case, checked in as few steps as a batch-1 call can afford; all else below
+            self._outputs_are_actions
+            and type(obs) is np.ndarray
+            and obs.dtype is _FLOAT32
+            and obs.ndim == 2
+            and obs.shape[1] == self.obs_dim
+            and obs.flags.c_contiguous
+        ):
+            out = np.empty((obs.shape[0], self.out_dim), np.float32)
+            if _policy_kernels.forward(self._program_ptr, obs, out, obs.shape[0]) == 0:
+                return out
         out, bad = self._outputs(obs)
         kind = self.output.kind
         if kind == "argmax":
