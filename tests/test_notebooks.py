@@ -303,8 +303,19 @@ def check_gst_block_deploy(run_dir: Path, results: dict) -> None:
         row for row in (run_dir / "parity.csv").read_text().splitlines() if row.startswith("gst_block,")
     ]
     assert block_rows and all("sparse_int8 16x4" in row for row in block_rows), block_rows
-    for table in ("summary", "parity", "latency", "flash", "targets"):
+    for table in ("summary", "parity", "latency", "flash", "targets", "deployed_returns"):
         assert (run_dir / f"{table}.csv").exists(), table
+    # each int8 actor played on its run's evaluation episodes, beside the fp32 return train_one measured
+    deployed = pd.read_csv(run_dir / "deployed_returns.csv").set_index(["method", "seed"])
+    trained = pd.read_csv(run_dir / "summary.csv").set_index(["method", "seed"])
+    assert sorted(deployed.index) == sorted(trained.index)
+    assert (deployed["PyTorch fp32 return"] == trained.loc[deployed.index, "eval_return"]).all()
+    change = (
+        100
+        * (deployed["compiled int8 return"] - deployed["PyTorch fp32 return"])
+        / deployed["PyTorch fp32 return"].abs()
+    )
+    assert change.to_numpy() == pytest.approx(deployed["compiled int8 change (%)"].to_numpy())
     # the block arm's bits per weight count its block index: fewer bits than an index per kept weight of the
     # same actor, rebuilt from its saved weights with a mask on each layer holding zeros
     from rlq.quant.bits import bits_per_weight
