@@ -197,7 +197,7 @@ def test_publish_carries_a_runs_actors_and_reuse_copies_them_without_replacing_a
     held = tmp_path / "held"
     (held / "actors").mkdir(parents=True)
     (held / "actors" / "gst__0.npz").write_bytes(b"another actor")
-    with pytest.raises(FileExistsError, match="gst__0.npz is there already"):
+    with pytest.raises(FileExistsError, match="gst__0.npz is already in the run folder"):
         save_reuse(plan, held)
     assert (held / "actors" / "gst__0.npz").read_bytes() == b"another actor" and not (held / "jobs").exists()
     monkeypatch.setattr(results, "RUN_FILES_MAX_BYTES", 10)

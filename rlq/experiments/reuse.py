@@ -193,9 +193,12 @@ def _run_file_copies(plan: Plan, folder: Path) -> list[tuple[Path, Path]]:
         for file in sorted(p for p in origin.rglob("*") if p.is_file()) if origin.is_dir() else []:
             target = folder / file.relative_to(origin)
             if target.exists() or target in copies:
-                raise FileExistsError(
-                    f"--reuse {source}: {target} is there already (from {copies.get(target, 'this run')}); it is not replaced"
+                holder = (
+                    f"also in {copies[target].parent.parent}"
+                    if target in copies
+                    else "already in the run folder"
                 )
+                raise FileExistsError(f"--reuse {source}: {target} is {holder}; it is not replaced")
             copies[target] = file
     return [(file, target) for target, file in copies.items()]
 

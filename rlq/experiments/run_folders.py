@@ -26,13 +26,13 @@ RESULTS_FILE = "results.json"
 PARAMS_FILE = "params.json"
 NOTEBOOK_FILE = "output.ipynb"
 RUNNER_FILE = "runner.json"
+"""Who executes the run (pid, host) and its heartbeat, rewritten by the runner while the notebook runs."""
 RUN_FILES_FOLDER = "actors"
 """A run folder's subfolder of the files its later cells read back (a notebook's final actors, each saved small
 by :func:`rlq.sb3.checkpoint.save_dense_actor`): ``rlq publish`` commits it beside the tables, and ``--reuse``
 copies it into the new run folder with the runs."""
 RUN_FILES_MAX_BYTES = 5_000_000
 """The most a run's :data:`RUN_FILES_FOLDER` may hold to be published (what ten TD3 actors take, several times over)."""
-"""Who executes the run (pid, host) and its heartbeat, rewritten by the runner while the notebook runs."""
 HEARTBEAT_SECONDS = 15.0
 """Seconds between two heartbeats of a live runner."""
 STALE_AFTER_SECONDS = 120.0
