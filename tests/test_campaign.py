@@ -285,3 +285,24 @@ def test_a_published_confirmatory_folder_stays_out_of_the_exploratory_report(tmp
     runs.mkdir()
     assert [r.preset for r in collect_runs(runs, tmp_path / "results")] == ["long"]
     assert [c.preset for c in committed_runs(tmp_path / "results")] == ["long"]
+
+
+def test_a_jobs_expected_time_is_the_longest_on_this_kind_of_cpu_else_on_any(tmp_path):
+    job = next(j for j in registered_jobs(read_design(REAL_SPEC)) if j.arm == "dense")
+    folder = cp.published_dir(job, tmp_path)
+    folder.mkdir(parents=True)
+
+    def entry(arm: str, minutes: float, cpu: str | None = None) -> dict[str, Any]:
+        return {"arm": arm, "seed": 1, "wall_time_s": 60.0 * minutes, **({"cpu": cpu} if cpu else {})}
+
+    assert (
+        cp.expected_minutes(job, tmp_path, cpu="A") == job.minutes
+    )  # nothing published: the registered minutes
+    jobs = [entry("dense", 139.0), entry("gst", 400.0, "A")]  # the first timed before CPUs were recorded
+    write_json(folder / "results.json", {"jobs": jobs})
+    assert cp.expected_minutes(job, tmp_path, cpu="A") == 139.0  # no dense job timed on A: the longest on any
+    write_json(
+        folder / "results.json", {"jobs": [*jobs, entry("dense", 34.0, "A"), entry("dense", 40.0, "A")]}
+    )
+    assert cp.expected_minutes(job, tmp_path, cpu="A") == 40.0
+    assert cp.expected_minutes(job, tmp_path, cpu="B") == 139.0

@@ -14,8 +14,8 @@ published one and swapped in (:func:`rlq.experiments.results.replace_folder`), s
 the jobs published before it and nothing of the job in flight. A job trained under another commit is refused.
 
 :func:`run_campaign` starts jobs in priority order, only those whose expected duration (the longest a
-published job of the same experiment, preset and arm took, else the registered ``job_minutes``) ends before
-the deadline; a job whose folder holds an unfinished run resumes it (``rlq run --resume``).
+published job of the same experiment, preset and arm took on this kind of CPU, else on any, else the
+registered ``job_minutes``) ends before the deadline; a job whose folder holds an unfinished run resumes it (``rlq run --resume``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import pandas as pd
 
 from rlq.claims.campaign_jobs import Job, job_overrides, registered_jobs
 from rlq.claims.design import SPEC_FILE, RegisteredClaim, judge, judge_joint, read_design
+from rlq.core.cpu import cpu_model
 from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, ProgressReader
 from rlq.experiments.paths import data_dir, repo_root
@@ -214,7 +215,7 @@ def publish_job(folder: Path, commit: str, results: Path | None = None) -> Path:
     entry = {
         "arm": job.arm, "seed": job.seed, "pilot": job.pilot, "commit": commit, "run_folder": run.name,
         "wall_time_s": outcome.get("run_seconds") or outcome.get("train_seconds"),
-        "finished": outcome.get("finished"),
+        "finished": outcome.get("finished"), "cpu": cpu_model(),
     }  # fmt: skip
     summary = {
         "status": "ok", "experiment": job.experiment, "preset": job.preset, "confirmatory": True,
@@ -256,14 +257,24 @@ def campaign_state(root: Path | None = None) -> CampaignState:
     return CampaignState(claims, jobs, published)
 
 
-def expected_minutes(job: Job, results: Path | None = None) -> float:
-    """Return the longest wall time a published job of the same arm took, else the registered minutes."""
-    times = [
-        float(e["wall_time_s"]) / 60.0
+def expected_minutes(job: Job, results: Path | None = None, cpu: str | None = None) -> float:
+    """Return the longest wall time a published job of the same arm took on this CPU, else on any, else the
+    registered minutes.
+
+    Jobs are published on the machine that trained them, which records its CPU (:func:`rlq.core.cpu.cpu_model`,
+    vector extensions included); ``cpu`` (default: this machine's) picks the jobs timed on the same kind of
+    CPU, so that a machine several times faster than the slowest one seen is not held to its times. Jobs
+    published before the CPU was recorded count as timed on another.
+    """
+    cpu = cpu_model() if cpu is None else cpu
+    timed = [
+        (e.get("cpu"), float(e["wall_time_s"]) / 60.0)
         for e in published_jobs(published_dir(job, results))
         if e.get("arm") == job.arm and e.get("wall_time_s")
     ]
-    return max(times) if times else job.minutes
+    here = [minutes for where, minutes in timed if where == cpu]
+    anywhere = [minutes for _, minutes in timed]
+    return max(here or anywhere) if anywhere else job.minutes
 
 
 def pilot_value(claim: RegisteredClaim, results: Path | None = None) -> float | None:
