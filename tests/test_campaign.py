@@ -306,3 +306,6 @@ def test_a_jobs_expected_time_is_the_longest_on_this_kind_of_cpu_else_on_any(tmp
     )
     assert cp.expected_minutes(job, tmp_path, cpu="A") == 40.0
     assert cp.expected_minutes(job, tmp_path, cpu="B") == 139.0
+    assert (
+        cp.expected_minutes(job, tmp_path, cpu=cp.ANY_CPU) == 139.0
+    )  # what the README counts, on any machine

@@ -257,14 +257,19 @@ def campaign_state(root: Path | None = None) -> CampaignState:
     return CampaignState(claims, jobs, published)
 
 
+ANY_CPU = ""
+"""The ``cpu`` of :func:`expected_minutes` that takes the longest time on any CPU (what a page any machine
+regenerates shows)."""
+
+
 def expected_minutes(job: Job, results: Path | None = None, cpu: str | None = None) -> float:
     """Return the longest wall time a published job of the same arm took on this CPU, else on any, else the
     registered minutes.
 
     Jobs are published on the machine that trained them, which records its CPU (:func:`rlq.core.cpu.cpu_model`,
-    vector extensions included); ``cpu`` (default: this machine's) picks the jobs timed on the same kind of
-    CPU, so that a machine several times faster than the slowest one seen is not held to its times. Jobs
-    published before the CPU was recorded count as timed on another.
+    vector extensions included); ``cpu`` (default: this machine's; :data:`ANY_CPU`: none) picks the jobs
+    timed on the same kind of CPU, so that a machine several times faster than the slowest one seen is not
+    held to its times. Jobs published before the CPU was recorded count as timed on another.
     """
     cpu = cpu_model() if cpu is None else cpu
     timed = [

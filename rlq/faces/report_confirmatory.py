@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rlq.claims import confirmatory_statistics as cs
 from rlq.claims.campaign import (
+    ANY_CPU,
     campaign_state,
     claim_outcomes,
     expected_minutes,
@@ -66,7 +67,8 @@ def confirmatory_markdown(root: Path | None = None) -> str:
     state = campaign_state(root)
     outcomes = claim_outcomes(state, results_root(root))
     remaining = state.remaining()
-    hours = sum(expected_minutes(job, results_root(root)) for job in remaining) / 60.0
+    # on any CPU: the README's block reads the same whichever machine regenerates it
+    hours = sum(expected_minutes(job, results_root(root), cpu=ANY_CPU) for job in remaining) / 60.0
     lines = [
         f"**Registered {registration(root)}: {len(state.jobs) - len(remaining)} of {len(state.jobs)} jobs "
         f"published, {hours:.1f} core-hours left**",
