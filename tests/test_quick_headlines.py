@@ -3,7 +3,10 @@
 ``tests/data/quick_headlines_before.json`` holds every notebook's results.json at its quick preset, recorded
 on the code in which ``rlq.experiments`` trained each run. A notebook whose cell now calls ``model.learn``
 itself must record the same numbers, to the last bit, on the machine they were recorded on: training on one
-CPU is deterministic, but another CPU's floating point takes TD3 and PPO elsewhere. Measurements of time
+CPU is deterministic, but another CPU's floating point takes TD3 and PPO elsewhere. The CPU is named with its
+vector extensions (:func:`rlq.core.cpu.cpu_model`): on an AMD EPYC with AVX-512 and VNNI, the same model name
+as the AVX2-only one these were recorded on, eight of the notebooks give the recorded numbers to the bit but
+the int8 PTQ of ``combo_sparse_quant`` and the convolutions of ``gst_classification`` do not. Measurements of time
 (``timing_keys``) are left out, and so is what is computed from them: ActorQ's time ratios, the cost model's
 prediction error against measured speedups, the actor engine chosen by speed and the learner speed-up the
 paper's setting needs.

@@ -52,10 +52,14 @@ def vector_extensions() -> list[str]:
     return [name for name in (widest, vnni) if name]
 
 
-def cpu_model() -> str:
-    """Return the CPU's model name from /proc/cpuinfo with its :func:`vector_extensions`, e.g.
-    ``AMD EPYC (AVX-512, VNNI)`` ("unknown" where there is no model name): what a speed figure belongs to."""
+def cpu_name() -> str:
+    """Return the CPU's model name from /proc/cpuinfo, e.g. ``AMD EPYC`` ("unknown" where there is none)."""
     lines = _cpuinfo_lines() or []
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+
+
+def cpu_model() -> str:
+    """Return :func:`cpu_name` with the CPU's :func:`vector_extensions`, e.g. ``AMD EPYC (AVX-512, VNNI)``: what a
+    speed figure belongs to."""
     extensions = vector_extensions()
-    return f"{name} ({', '.join(extensions)})" if extensions else name
+    return f"{cpu_name()} ({', '.join(extensions)})" if extensions else cpu_name()
