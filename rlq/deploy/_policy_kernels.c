@@ -317,6 +317,18 @@ static inline __m512i repeat_inputs(const uint8_t *restrict u, const int32_t *re
 }
 #endif
 
+#if defined(HAVE_VNNI512) || defined(HAVE_MADD16)
+/* acc[r] = the sum of lanes[r per .. r per + per) for the first `rows` rows: a 64-byte block's row sums, its
+ * rows' lanes one after another */
+static inline void sum_row_lanes(const int32_t *restrict lanes, int64_t per, int64_t rows, int32_t *restrict acc) {
+    for (int64_t r = 0; r < rows; r++) {
+        int32_t t = 0;
+        for (int64_t j = 0; j < per; j++) t += lanes[r * per + j];
+        acc[r] = t;
+    }
+}
+#endif
+
 /* The sums of one block row of an int8 op into acc[0..rows): its blocks p0..p1, block p's R rows of K codes
  * at W + p R K (row r's K codes contiguous), each times the K input codes at u + col[p] K (a DENSE_I8 op
  * passes col = NULL: block p is at column p). Where a
@@ -347,12 +359,7 @@ static void block_row_sums(const int8_t *restrict W, const int32_t *restrict col
         }
         int32_t lanes[16];
         _mm512_storeu_si512(lanes, sum);
-        const int64_t per = K / 4; /* lanes of one row */
-        for (int64_t r = 0; r < rows; r++) {
-            int32_t t = 0;
-            for (int64_t j = 0; j < per; j++) t += lanes[r * per + j];
-            acc[r] = t;
-        }
+        sum_row_lanes(lanes, K / 4, rows, acc); /* a lane: 4 codes */
         return;
     }
 #elif defined(HAVE_MADD16)
@@ -379,12 +386,7 @@ static void block_row_sums(const int8_t *restrict W, const int32_t *restrict col
         }
         int32_t lanes[32];
         for (int c = 0; c < 4; c++) _mm256_storeu_si256((__m256i *)(lanes + 8 * c), a[c]);
-        const int64_t per = K / 2; /* lanes of one row */
-        for (int64_t r = 0; r < rows; r++) {
-            int32_t t = 0;
-            for (int64_t j = 0; j < per; j++) t += lanes[r * per + j];
-            acc[r] = t;
-        }
+        sum_row_lanes(lanes, K / 2, rows, acc); /* a lane: 2 codes */
         return;
     }
 #endif
