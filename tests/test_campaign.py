@@ -306,6 +306,24 @@ def test_a_jobs_expected_time_is_the_longest_on_this_kind_of_cpu_else_on_any(tmp
     )
     assert cp.expected_minutes(job, tmp_path, cpu="A") == 40.0
     assert cp.expected_minutes(job, tmp_path, cpu="B") == 139.0
+    gst = next(j for j in registered_jobs(read_design(REAL_SPEC)) if j.arm == "gst")
+    assert cp.published_dir(gst, tmp_path) == folder
+    write_json(
+        folder / "results.json",
+        {
+            "jobs": [
+                entry("dense", 139.0),
+                entry("dense", 40.0, "A"),
+                entry("gst", 152.0),
+                entry("gst", 100.0, "B"),
+            ]
+        },
+    )
+    assert cp.expected_minutes(gst, tmp_path, cpu="A") == pytest.approx(
+        152.0 * 40.0 / 139.0
+    )  # dense's speed on A
+    assert cp.expected_minutes(gst, tmp_path, cpu="B") == 100.0
+    assert cp.expected_minutes(job, tmp_path, cpu="C") == 139.0  # no arm timed on C: nothing to scale by
     assert (
         cp.expected_minutes(job, tmp_path, cpu=cp.ANY_CPU) == 139.0
     )  # what the README counts, on any machine

@@ -263,23 +263,31 @@ regenerates shows)."""
 
 
 def expected_minutes(job: Job, results: Path | None = None, cpu: str | None = None) -> float:
-    """Return the longest wall time a published job of the same arm took on this CPU, else on any, else the
-    registered minutes.
+    """Return the longest wall time a published job of the same arm took on this CPU, else its longest on
+    any scaled by this CPU's speed, else the registered minutes.
 
     Jobs are published on the machine that trained them, which records its CPU (:func:`rlq.core.cpu.cpu_model`,
     vector extensions included); ``cpu`` (default: this machine's; :data:`ANY_CPU`: none) picks the jobs
     timed on the same kind of CPU, so that a machine several times faster than the slowest one seen is not
-    held to its times. Jobs published before the CPU was recorded count as timed on another.
+    held to its times. An arm not yet timed on this CPU takes its longest time on any, multiplied by the
+    largest ratio (this CPU over the others, longest against longest) of another arm of the same published
+    runs timed on both. Jobs published before the CPU was recorded count as timed on another.
     """
     cpu = cpu_model() if cpu is None else cpu
-    timed = [
-        (e.get("cpu"), float(e["wall_time_s"]) / 60.0)
-        for e in published_jobs(published_dir(job, results))
-        if e.get("arm") == job.arm and e.get("wall_time_s")
-    ]
-    here = [minutes for where, minutes in timed if where == cpu]
-    anywhere = [minutes for _, minutes in timed]
-    return max(here or anywhere) if anywhere else job.minutes
+    timed: dict[str, dict[bool, list[float]]] = {}
+    for e in published_jobs(published_dir(job, results)):
+        if e.get("wall_time_s"):
+            here = bool(cpu) and e.get("cpu") == cpu
+            timed.setdefault(e.get("arm", ""), {True: [], False: []})[here].append(
+                float(e["wall_time_s"]) / 60.0
+            )
+    mine = timed.get(job.arm)
+    if mine is None:
+        return job.minutes
+    if mine[True]:
+        return max(mine[True])
+    speed = [max(t[True]) / max(t[False]) for t in timed.values() if t[True] and t[False]]
+    return max(mine[False]) * (max(speed) if speed else 1.0)
 
 
 def pilot_value(claim: RegisteredClaim, results: Path | None = None) -> float | None:
