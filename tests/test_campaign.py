@@ -327,3 +327,18 @@ def test_a_jobs_expected_time_is_the_longest_on_this_kind_of_cpu_else_on_any(tmp
     assert (
         cp.expected_minutes(job, tmp_path, cpu=cp.ANY_CPU) == 139.0
     )  # what the README counts, on any machine
+
+
+def test_a_published_table_appends_rows_with_empty_columns_without_pandas_warnings():
+    import warnings
+
+    table = pd.DataFrame({"seed": [1, 2], "note": [float("nan")] * 2, "ret": [1.5, 2.5]})
+    rows = pd.DataFrame({"seed": [3], "ret": [4.0], "note": ["late"], "extra": [float("nan")]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        merged = cp._appended(table, rows)
+        assert cp._appended(table, rows.iloc[:0]).equals(table.reindex(columns=merged.columns))
+    assert list(merged.columns) == ["seed", "note", "ret", "extra"]
+    assert merged["seed"].tolist() == [1, 2, 3] and merged["ret"].tolist() == [1.5, 2.5, 4.0]
+    assert merged["note"].isna().tolist() == [True, True, False] and merged["note"].iloc[2] == "late"
+    assert merged["extra"].isna().all() and merged["seed"].dtype.kind == "i"

@@ -177,12 +177,25 @@ def published_jobs(folder: Path) -> list[dict[str, Any]]:
     return list(read_json(path).get("jobs", [])) if path.is_file() else []
 
 
+def _appended(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """Return ``rows`` below ``table``, columns in order of first appearance; a column empty in one of them
+    takes its dtype from the other (pandas' concat is deprecating that rule, so empty columns are left out
+    of the concat and restored by the reindex)."""
+    columns = list(dict.fromkeys([*table.columns, *rows.columns]))
+    parts = [part.dropna(axis=1, how="all") for part in (table, rows) if len(part)]
+    return (
+        pd.concat(parts, ignore_index=True).reindex(columns=columns)
+        if parts
+        else table.reindex(columns=columns)
+    )
+
+
 def _merged_tables(target: Path, run: Path, job: Job) -> dict[str, pd.DataFrame]:
     tables = {}
     for csv in sorted(run.glob("*.csv")):
         new = pd.read_csv(csv).assign(campaign_arm=job.arm, campaign_seed=job.seed)
         old = target / csv.name
-        tables[csv.name] = pd.concat([pd.read_csv(old), new], ignore_index=True) if old.is_file() else new
+        tables[csv.name] = _appended(pd.read_csv(old), new) if old.is_file() else new
     return tables
 
 
