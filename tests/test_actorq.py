@@ -221,6 +221,28 @@ def test_checkpoint_interrupt_and_resume(tmp_path):
         train(tiny(checkpoint_dir=str(tmp_path / "ckpt"), hidden_sizes=(16,)))
 
 
+def test_a_resumed_auto_run_keeps_the_engine_it_trained_with(tmp_path, monkeypatch):
+    """The engine ``auto`` measured at the start is stored; resuming (a finished run too) does not measure again."""
+    import json
+
+    from rlq.actorq import driver
+    from rlq.actorq.inference import engine_label
+
+    config = tiny(checkpoint_dir=str(tmp_path / "ckpt"), learner_steps=30, actor_backend="auto")
+    first = train(config)
+    state_file = tmp_path / "ckpt" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert engine_label(state["actor_backend"], config.actor_precision) == first.actor_backend
+    other = "compiled" if state["actor_backend"] == "torch" else "torch"
+    monkeypatch.setattr(driver, "choose_backend", lambda *args, **kwargs: (other, {}))
+    again = train(config)
+    assert again.resumed_from == 30 and again.actor_backend == first.actor_backend
+    assert again.backend_timings == first.backend_timings
+    del state["actor_backend"]  # a checkpoint written before engines were stored: measured anew
+    state_file.write_text(json.dumps(state))
+    assert train(config).actor_backend == engine_label(other, config.actor_precision)
+
+
 def test_callback_stops_early_and_checkpoints(tmp_path):
     config = tiny(checkpoint_dir=str(tmp_path), learner_steps=1000, actor_backend="torch")
     result = train(config, callback=lambda p: p.learner_steps < 10)

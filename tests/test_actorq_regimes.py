@@ -49,7 +49,42 @@ def test_one_run_per_regime_seed_and_precision(results):
     assert light.env_steps >= 200 + 20 * 8
     table = regime_runs(results, return_threshold=-1e9)
     assert len(table) == 8 and (table["steps_per_s"] > 0).all()
-    assert (table["time_to_threshold_s"].notna()).all()  # every run "reaches" a threshold below any return
+    # a threshold below any return: the untrained policy's evaluation meets it, so no run has a time to time
+    assert table["time_to_threshold_s"].isna().all()
+    learning = regime_runs(untrained_scoring(results, -2e9), return_threshold=-1e9)
+    second = [r.history["wall_time_s"].iloc[1] for r in results.values()]
+    assert learning["time_to_threshold_s"].tolist() == pytest.approx(
+        second
+    )  # reached at the first trained eval
+
+
+def untrained_scoring(results, value: float):
+    """``results`` with every run's first evaluation (its untrained policy's) replaced by ``value``."""
+    import dataclasses
+
+    def first_replaced(history):
+        history = history.copy()
+        history.loc[history.index[0], "eval_return"] = value
+        return history
+
+    return {key: dataclasses.replace(r, history=first_replaced(r.history)) for key, r in results.items()}
+
+
+def test_the_time_to_a_return_counts_only_returns_after_the_untrained_evaluation():
+    import pandas as pd
+
+    from rlq.actorq.result import time_to_learned_return, time_to_return
+
+    history = pd.DataFrame(
+        {"wall_time_s": [0.1, 5.0, 9.0], "env_steps": [0, 100, 200], "eval_return": [600.0, 300.0, 700.0]}
+    )
+    assert time_to_return(history, 500.0) == 0.1  # the untrained policy already scores 600
+    assert time_to_learned_return(history, 500.0) is None and time_to_learned_return(history, 650.0) == 9.0
+    assert time_to_learned_return(history, 650.0, "env_steps") == 200
+    assert (
+        time_to_learned_return(history, 800.0) is None
+        and time_to_learned_return(history.iloc[:0], 1.0) is None
+    )
 
 
 def test_comparison_matches_an_independent_computation(results):
@@ -98,7 +133,7 @@ def test_breakdown_is_each_part_s_seconds_over_the_regime_s_steps(results):
 
 
 def test_estimates_per_regime_and_measure(results):
-    estimates = regime_estimates(regime_comparison(results, return_threshold=-1e9))
+    estimates = regime_estimates(regime_comparison(untrained_scoring(results, -2e9), return_threshold=-1e9))
     assert set(estimates["regime"]) == set(REGIMES)
     assert set(estimates["measure"]) == {"measured_speedup", "time_speedup", "predicted_speedup"}
     assert (estimates["n"] == 2).all()
@@ -107,6 +142,8 @@ def test_estimates_per_regime_and_measure(results):
     # A threshold nobody reaches leaves the time speedup out rather than recording NaN.
     unreached = regime_estimates(regime_comparison(results, return_threshold=1e9))
     assert "time_speedup" not in set(unreached["measure"])
+    untrained = regime_estimates(regime_comparison(results, return_threshold=-1e9))  # met before training
+    assert "time_speedup" not in set(untrained["measure"])
 
 
 def test_paper_curve_uses_both_regimes(results):

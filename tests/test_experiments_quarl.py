@@ -297,7 +297,7 @@ class FakeActorQRun:
     def history(self) -> pd.DataFrame:
         return pd.DataFrame({"wall_time_s": [1.0, 2.0], "eval_return": [10.0, 20.0]})
 
-    def time_to_return(self, threshold: float) -> float | None:
+    def time_to_learned_return(self, threshold: float) -> float | None:
         return self.reach_at
 
 

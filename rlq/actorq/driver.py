@@ -168,6 +168,8 @@ class _Run:
             actor_steps=self.actor_steps,
             actor_seconds=self.actor_seconds,
             resumes=self.incarnation,
+            actor_backend=self.backend,
+            backend_timings=self.backend_timings,
         )
 
     def breakdown(self, elapsed: float) -> dict[str, float]:
@@ -327,7 +329,9 @@ class _Run:
         self.timers_at_start = sum(self.timers[k] for k in LEARNER_TIMERS if k != "driver_other")
         self.actor_timers_at_start = sum(self.timers[k] for k in ACTOR_TIMERS)
         timings: dict[str, dict[str, float]] = {}
-        if c.actor_backend == "auto":
+        if c.actor_backend == "auto" and self.state.get("actor_backend"):  # a resumed run keeps its engine
+            backend, timings = self.state["actor_backend"], dict(self.state.get("backend_timings", {}))
+        elif c.actor_backend == "auto":
             backend, timings = choose_backend(arch, c.actor_precision, steps_per_load=c.update_period)
         else:
             backend = c.actor_backend

@@ -80,7 +80,7 @@ def actorq_summary(results: ActorQResults, return_threshold: float) -> pd.DataFr
                 bytes_per_broadcast=r.bytes_per_broadcast,
                 actor_steps_per_s=r.actor_steps_per_s,
                 engine=r.actor_backend,
-                time_to_threshold_s=r.time_to_return(return_threshold),
+                time_to_threshold_s=r.time_to_learned_return(return_threshold),
                 wall_time_s=r.wall_time_s,
                 final_return=float(r.history["eval_return"].iloc[-1]),
             )
@@ -99,8 +99,8 @@ def speedup(results: ActorQResults, precision: str, return_threshold: float) -> 
     for env_id in dict.fromkeys(e for e, _ in results):
         if (env_id, "fp32") not in results or (env_id, precision) not in results:
             continue
-        t_ref = results[(env_id, "fp32")].time_to_return(return_threshold)
-        t_other = results[(env_id, precision)].time_to_return(return_threshold)
+        t_ref = results[(env_id, "fp32")].time_to_learned_return(return_threshold)
+        t_other = results[(env_id, precision)].time_to_learned_return(return_threshold)
         if t_ref is not None and t_other is not None and t_other > 0:
             ratios.append(t_ref / t_other)
     return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
@@ -140,7 +140,7 @@ def actorq_numbers(results: ActorQResults, summary: pd.DataFrame, return_thresho
             f"{task_name(e)}/{p}": float(r.history["eval_return"].iloc[-1]) for (e, p), r in results.items()
         },
         "time_to_threshold_s": {
-            f"{task_name(e)}/{p}": r.time_to_return(return_threshold) for (e, p), r in results.items()
+            f"{task_name(e)}/{p}": r.time_to_learned_return(return_threshold) for (e, p), r in results.items()
         },
         "actor_engine": {p: r.actor_backend for (e, p), r in results.items() if task_name(e) == first_task},
     }

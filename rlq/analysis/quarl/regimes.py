@@ -61,7 +61,7 @@ def regime_runs(results: RegimeResults, return_threshold: float) -> pd.DataFrame
                 seed=seed,
                 precision=precision,
                 steps_per_s=steady_steps_per_s(r.history),
-                time_to_threshold_s=r.time_to_return(return_threshold),
+                time_to_threshold_s=r.time_to_learned_return(return_threshold),
                 final_return=float(r.history["eval_return"].iloc[-1]),
                 env_steps=r.env_steps,
                 wall_time_s=r.wall_time_s,
@@ -139,7 +139,7 @@ def regime_comparison(
             r.config.samples_per_insert, r.config.batch_size, driver_seconds_per_step=driver,
         )  # fmt: skip
         measured = steady_steps_per_s(q.history) / steady_steps_per_s(r.history)
-        t32, tq = r.time_to_return(return_threshold), q.time_to_return(return_threshold)
+        t32, tq = r.time_to_learned_return(return_threshold), q.time_to_learned_return(return_threshold)
         rows.append(
             dict(
                 regime=name,
