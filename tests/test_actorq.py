@@ -222,7 +222,8 @@ def test_checkpoint_interrupt_and_resume(tmp_path):
 
 
 def test_a_resumed_auto_run_keeps_the_engine_it_trained_with(tmp_path, monkeypatch):
-    """The engine ``auto`` measured at the start is stored; resuming (a finished run too) does not measure again."""
+    """The engine ``auto`` measured at the start and the broadcast's size are stored; resuming (a finished run
+    too) does not measure again."""
     import json
 
     from rlq.actorq import driver
@@ -238,6 +239,9 @@ def test_a_resumed_auto_run_keeps_the_engine_it_trained_with(tmp_path, monkeypat
     again = train(config)
     assert again.resumed_from == 30 and again.actor_backend == first.actor_backend
     assert again.backend_timings == first.backend_timings
+    assert (
+        again.bytes_per_broadcast == first.bytes_per_broadcast > 0
+    )  # a finished run broadcasts nothing anew
     del state["actor_backend"]  # a checkpoint written before engines were stored: measured anew
     state_file.write_text(json.dumps(state))
     assert train(config).actor_backend == engine_label(other, config.actor_precision)

@@ -97,7 +97,7 @@ class _Run:
         self.actor_steps = int(state.get("actor_steps", 0))
         self.actor_seconds = float(state.get("actor_seconds", 0.0))
         self.incarnation = int(state.get("resumes", -1)) + 1
-        self.bytes_per_broadcast = 0
+        self.bytes_per_broadcast = int(state.get("bytes_per_broadcast", 0))
         self.blob: bytes | None = None
         self.last_broadcast = -1
         self.checkpoint: Path | None = None
@@ -168,6 +168,7 @@ class _Run:
             actor_steps=self.actor_steps,
             actor_seconds=self.actor_seconds,
             resumes=self.incarnation,
+            bytes_per_broadcast=self.bytes_per_broadcast,
             actor_backend=self.backend,
             backend_timings=self.backend_timings,
         )
