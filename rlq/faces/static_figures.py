@@ -201,9 +201,7 @@ def _compiled_actors(run: Committed) -> Figures:
     target = float(run.results["compiled_actor_target"])
     speedup = regime_figure(run.table("compiled_regime_comparison"), run.table("compiled_regime_estimates"),
                             target=target, target_label=f"our target {target:g}x")  # fmt: skip
-    speedup.update_layout(
-        title=f"{run.label}: int8 compiled over fp32 PyTorch actors per regime, measured beside predicted"
-    )
+    speedup.update_layout(title=f"{run.label}:<br>int8 compiled over fp32 PyTorch actors, end to end")
     breakdown = engine_breakdown_figure(
         run.table("compiled_breakdown"), f"{run.label}: actors' time per environment step by part"
     )
