@@ -170,13 +170,14 @@ def _qat(run: Committed) -> Figures:
 
 
 def _actorq(run: Committed) -> Figures:
-    """ActorQ: int8 over fp32 per replay-rate regime, the cost model at the paper's setting, the learning curves."""
+    """ActorQ: int8 over fp32 per replay-rate regime; then the regimes with compiled actors where the run has
+    them, else the cost model at the paper's setting and the learning curves."""
     from rlq.analysis.quarl.quantization_figures import regime_figure, speedup_curve_figure
 
     regimes = regime_figure(run.table("regime_comparison"), run.table("regime_estimates"))
-    figures = [("regimes", regimes), ("paper_setting", speedup_curve_figure(run.table("paper_curve")))]
     if run.has("compiled_regime_comparison"):  # the regimes again: fp32 PyTorch against int8 compiled actors
-        figures += _compiled_actors(run)
+        return [("regimes", regimes), *_compiled_actors(run)]
+    figures = [("regimes", regimes), ("paper_setting", speedup_curve_figure(run.table("paper_curve")))]
     if run.has("convergence_curve") and run.has(
         "convergence_runs"
     ):  # the convergence section's learning curves
