@@ -248,7 +248,7 @@ class ActorQConfig:
         self._check_int("max_actor_restarts", 0)
         self._check_positive_number("samples_per_insert")
 
-    def _validate_learner(self) -> None:  # noqa: C901
+    def _validate_learner(self) -> None:
         """Check the learner's hyperparameters and networks."""
         self._check_positive_number("learning_rate")
         if self.max_grad_norm is not None:
@@ -261,6 +261,19 @@ class ActorQConfig:
             raise self._bad("gamma", "must lie in (0, 1]")
         if isinstance(self.exploration_noise, bool) or not self.exploration_noise >= 0:
             raise self._bad("exploration_noise", "must be a number >= 0")
+        self._validate_hidden_sizes()
+        self._validate_block_size()
+        if self.activation not in ("relu", "tanh"):
+            raise self._bad("activation", "choose relu or tanh")
+        if not isinstance(self.hyperparams, dict):
+            raise self._bad("hyperparams", "must be a dict of SB3 arguments")
+        clash = {"policy_kwargs", "batch_size", "buffer_size", "gamma", "learning_rate", "learning_starts"}
+        clash &= set(self.hyperparams)
+        if clash:
+            raise self._bad("hyperparams", f"set {sorted(clash)} through ActorQConfig's own fields")
+
+    def _validate_hidden_sizes(self) -> None:
+        """Check the policy's and the critic's hidden widths (the critic's may be None: the policy's)."""
         for name in ("hidden_sizes", "critic_hidden_sizes"):
             sizes = getattr(self, name)
             if sizes is None and name == "critic_hidden_sizes":
@@ -274,15 +287,6 @@ class ActorQConfig:
                 raise self._bad(
                     name, "must be a non-empty list of positive ints, e.g. [2048, 2048, 2048]"
                 ) from None
-        self._validate_block_size()
-        if self.activation not in ("relu", "tanh"):
-            raise self._bad("activation", "choose relu or tanh")
-        if not isinstance(self.hyperparams, dict):
-            raise self._bad("hyperparams", "must be a dict of SB3 arguments")
-        clash = {"policy_kwargs", "batch_size", "buffer_size", "gamma", "learning_rate", "learning_starts"}
-        clash &= set(self.hyperparams)
-        if clash:
-            raise self._bad("hyperparams", f"set {sorted(clash)} through ActorQConfig's own fields")
 
     def _validate_block_size(self) -> None:
         """Check that ``policy_block_size`` divides both widths of every hidden-to-hidden policy layer."""

@@ -77,7 +77,41 @@ def _paired(m: pd.Series, r: pd.Series, broadcast: bool) -> tuple[np.ndarray, np
     return both["m"].to_numpy(dtype=float), both["r"].to_numpy(dtype=float)
 
 
-def measure_table(  # noqa: PLR0911
+_PER_PAIR = {
+    "paired_difference": lambda x, y: x - y,
+    "paired_difference_common": lambda x, y: x - y,
+    "paired_difference_neg": lambda x, y: y - x,
+    "paired_change_pct": lambda x, y: 100.0 * (x - y) / np.abs(y),
+    "paired_ratio": lambda x, y: y / x,
+}
+"""The per-pair value each paired estimator summarizes, from the method's ``x`` and the reference's ``y``."""
+_DROPS = ("paired_iqm_drop", "unpaired_iqm_drop")
+
+
+def _drop(estimator: str, x: np.ndarray, y: np.ndarray, options: dict[str, Any]) -> Estimate:
+    """Return the drop of ``x``'s IQM below ``y``'s, in % of ``y``'s (seeds resampled in pairs or apart)."""
+    if estimator == "paired_iqm_drop":
+        return stats.paired_percent_drop(x, y, **options)
+    change = stats.percent_change(x, y, **options)
+    return Estimate(-change.value, -change.upper, -change.lower, change.n)
+
+
+def _compared(spec: ClaimSpec, x: np.ndarray, y: np.ndarray, options: dict[str, Any]) -> Measurement | None:
+    """Return the method's values ``x`` measured against the reference's ``y`` by ``spec``'s estimator."""
+    ceiling = spec.ceiling is not None and bool(np.all(x == spec.ceiling) and np.all(y == spec.ceiling))
+    if spec.estimator in _DROPS:
+        est = _drop(spec.estimator, x, y, options)
+        if not math.isfinite(est.value):
+            return None  # the reference's IQM is 0: no scale to measure a drop in
+        return Measurement(est, _same(x) and _same(y), ceiling)
+    per_pair = _PER_PAIR[spec.estimator](x, y)
+    per_pair = per_pair[np.isfinite(per_pair)]
+    if not len(per_pair):
+        return None
+    return Measurement(stats.estimate(per_pair, **options), _same(per_pair), ceiling)
+
+
+def measure_table(
     spec: ClaimSpec, table: pd.DataFrame, reps: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> Measurement | None:
     """Return ``spec``'s estimate computed from ``table`` (one row per run), or None when its runs are missing."""
@@ -88,36 +122,15 @@ def measure_table(  # noqa: PLR0911
     m = _arm(spec, table, spec.method)
     if spec.estimator == "iqm":
         values = m.to_numpy(dtype=float)
-        if not len(values):
-            return None
-        return Measurement(stats.estimate(values, **options), _same(values), False)
+        return Measurement(stats.estimate(values, **options), _same(values), False) if len(values) else None
     r = _arm(spec, table, spec.reference)
-    x, y = _paired(m, r, broadcast=spec.estimator == "paired_difference")
     if spec.estimator == "unpaired_iqm_drop":
         x, y = m.to_numpy(dtype=float), r.to_numpy(dtype=float)
+    else:
+        x, y = _paired(m, r, broadcast=spec.estimator == "paired_difference")
     if not len(x) or not len(y):
         return None
-    ceiling = spec.ceiling is not None and bool(np.all(x == spec.ceiling) and np.all(y == spec.ceiling))
-    if spec.estimator in ("paired_iqm_drop", "unpaired_iqm_drop"):
-        if spec.estimator == "paired_iqm_drop":
-            est = stats.paired_percent_drop(x, y, **options)
-        else:
-            change = stats.percent_change(x, y, **options)
-            est = Estimate(-change.value, -change.upper, -change.lower, change.n)
-        if not math.isfinite(est.value):
-            return None  # the reference's IQM is 0: no scale to measure a drop in
-        return Measurement(est, _same(x) and _same(y), ceiling)
-    per_pair = {
-        "paired_difference": lambda: x - y,
-        "paired_difference_common": lambda: x - y,
-        "paired_difference_neg": lambda: y - x,
-        "paired_change_pct": lambda: 100.0 * (x - y) / np.abs(y),
-        "paired_ratio": lambda: y / x,
-    }[spec.estimator]()
-    per_pair = per_pair[np.isfinite(per_pair)]
-    if not len(per_pair):
-        return None
-    return Measurement(stats.estimate(per_pair, **options), _same(per_pair), ceiling)
+    return _compared(spec, x, y, options)
 
 
 def table_metric(

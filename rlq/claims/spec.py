@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
@@ -120,7 +121,30 @@ def _pairs(text: str, what: str, line: int) -> tuple[tuple[str, str], ...]:
     return key_value_pairs(text, what, f"claims.csv line {line}")
 
 
-def _row(raw: dict[str, str], line: int) -> ClaimSpec:  # noqa: C901
+_CHOICES = (("estimator", ESTIMATORS), ("status", STATUSES), ("family", FAMILIES))
+
+
+def _check_fields(raw: dict[str, str], bad: Callable[[str, str], ValueError]) -> None:
+    """Raise ``bad(field, why)`` for the first field of ``raw`` the specification does not allow."""
+    for name, allowed in _CHOICES:
+        if raw[name] not in allowed:
+            raise bad(name, f"is not one of {', '.join(allowed)}")
+    joint = raw["estimator"] == "joint"
+    if joint != bool(raw["parts"].strip()):
+        raise bad("parts", "must name the claims a joint claim joins, and only a joint claim has parts")
+    if joint:
+        return
+    if raw["direction"] not in (">=", "<="):
+        raise bad("direction", "is not >= or <=")
+    if not _THRESHOLD.match(raw["threshold"].strip()):
+        raise bad("threshold", "is not 'paper', 'paper + X' or 'paper - X'")
+    if not raw["estimate"].strip():
+        raise bad("estimate", "is empty: name the estimate the notebook records")
+    if raw["estimator"] != "recorded" and not (raw["table"] and raw["column"] and raw["method"]):
+        raise bad("table", "and column and method are needed to compute the estimate from the run's table")
+
+
+def _row(raw: dict[str, str], line: int) -> ClaimSpec:
     """Return one checked row of the specification; raise naming the line and the field that is wrong."""
     names = [f.name for f in fields(ClaimSpec)]
     missing = [n for n in names if n not in raw]
@@ -130,25 +154,7 @@ def _row(raw: dict[str, str], line: int) -> ClaimSpec:  # noqa: C901
     def bad(field: str, why: str) -> ValueError:
         return ValueError(f"claims.csv line {line} ({raw.get('id')!r}): {field} {raw.get(field)!r} {why}")
 
-    if raw["estimator"] not in ESTIMATORS:
-        raise bad("estimator", f"is not one of {', '.join(ESTIMATORS)}")
-    if raw["status"] not in STATUSES:
-        raise bad("status", f"is not one of {', '.join(STATUSES)}")
-    if raw["family"] not in FAMILIES:
-        raise bad("family", f"is not one of {', '.join(FAMILIES)}")
-    joint = raw["estimator"] == "joint"
-    if not joint and raw["direction"] not in (">=", "<="):
-        raise bad("direction", "is not >= or <=")
-    if not joint and not _THRESHOLD.match(raw["threshold"].strip()):
-        raise bad("threshold", "is not 'paper', 'paper + X' or 'paper - X'")
-    if joint != bool(raw["parts"].strip()):
-        raise bad("parts", "must name the claims a joint claim joins, and only a joint claim has parts")
-    if not joint and not raw["estimate"].strip():
-        raise bad("estimate", "is empty: name the estimate the notebook records")
-    if raw["estimator"] not in ("recorded", "joint") and not (
-        raw["table"] and raw["column"] and raw["method"]
-    ):
-        raise bad("table", "and column and method are needed to compute the estimate from the run's table")
+    _check_fields(raw, bad)
     try:
         version, min_seeds = int(raw["version"]), int(raw["min_seeds"])
         scale = float(raw["scale"]) if raw["scale"].strip() else 1.0

@@ -24,6 +24,14 @@ HANDOVERS = ("keep_ratio", "exact")
 TARGETS = ("compression", "stored")
 BC_INITS = ("scaled", "projection")
 OPTIMIZER_RESETS = ("changed", "all")
+_CHOICES = (
+    ("transition_method", TRANSITION_METHODS),
+    ("handover", HANDOVERS),
+    ("scope", SCOPES),
+    ("target", TARGETS),
+    ("bc_init", BC_INITS),
+    ("optimizer_reset", OPTIMIZER_RESETS),
+)
 
 
 def fraction_step(fraction: float, total_steps: int, start_step: int = 0) -> int:
@@ -70,7 +78,7 @@ class GSTConfig:
     optimizer_reset: str = "changed"
     """After a structural change drop the state of the ``"changed"`` parameters only, or of ``"all"``."""
 
-    def __post_init__(self) -> None:  # noqa: C901
+    def __post_init__(self) -> None:
         check_positive_int("total_steps", self.total_steps)
         if (
             isinstance(self.start_step, bool)
@@ -80,43 +88,43 @@ class GSTConfig:
             raise ValueError(
                 f"start_step must be an int in [0, total_steps={self.total_steps}), got {self.start_step!r}"
             )
+        for name, choices in _CHOICES:
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        if not 0.0 < self.bc_end <= 1.0:
+            raise ValueError(f"bc_end must be in (0, 1], got {self.bc_end}")
+        if not 0.0 <= self.s_shift <= 1.0:
+            raise ValueError(f"s_shift must be in [0, 1], got {self.s_shift}")
+        check_positive_int("prune_every", self.prune_every)
+        self.prune_block = check_block_shape(self.prune_block)
+        self.block_schedule = self._checked_block_schedule()
+        self._check_compression_cap()
+
+    def _checked_block_schedule(self) -> tuple[tuple[float, int], ...]:
+        """Return ``block_schedule`` as ``(float, int)`` pairs, checked against ``bc_end`` and the transition."""
         schedule = tuple((float(f), check_block_size(b)) for f, b in self.block_schedule)
         if not schedule or schedule[0][0] != 0.0:
             raise ValueError(f"block_schedule must start with (0.0, B), got {self.block_schedule!r}")
         fractions = [f for f, _ in schedule]
         if any(b <= a for a, b in pairwise(fractions)):
             raise ValueError(f"block_schedule fractions must increase, got {fractions}")
-        if not 0.0 < self.bc_end <= 1.0:
-            raise ValueError(f"bc_end must be in (0, 1], got {self.bc_end}")
         if fractions[-1] >= self.bc_end:
             raise ValueError(
                 f"every block-size transition must come before bc_end={self.bc_end}, got {fractions}"
             )
         sizes = [b for _, b in schedule]
-        if self.transition_method not in TRANSITION_METHODS:
-            raise ValueError(
-                f"transition_method must be one of {TRANSITION_METHODS}, got {self.transition_method!r}"
-            )
         if self.transition_method == "exact" and any(a % b for a, b in pairwise(sizes)):
             raise ValueError(
                 f"exact transitions need each block size to divide the previous one, got {sizes}"
             )
-        if not 0.0 <= self.s_shift <= 1.0:
-            raise ValueError(f"s_shift must be in [0, 1], got {self.s_shift}")
-        check_positive_int("prune_every", self.prune_every)
-        if self.handover not in HANDOVERS:
-            raise ValueError(f"handover must be one of {HANDOVERS}, got {self.handover!r}")
-        for name, choices in (
-            ("scope", SCOPES),
-            ("target", TARGETS),
-            ("bc_init", BC_INITS),
-            ("optimizer_reset", OPTIMIZER_RESETS),
-        ):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
-        self.prune_block = check_block_shape(self.prune_block)
+        return schedule
+
+    def _check_compression_cap(self) -> None:
+        """Raise when a block size alone compresses a layer beyond ``max_sparsity`` (target ``"compression"``)."""
         cap = self.sparsity.max_sparsity
-        over = [b for b in sizes if self.target == "compression" and 1.0 - 1.0 / b > cap + 1e-12]
+        over = [
+            b for _, b in self.block_schedule if self.target == "compression" and 1.0 - 1.0 / b > cap + 1e-12
+        ]
         if over:
             raise ValueError(
                 f"block size {over[0]} compresses a layer by {1 - 1 / over[0]:.1%} before any pruning, above "
@@ -124,7 +132,6 @@ class GSTConfig:
                 f"'compression'); use block sizes of at most {int(1 / (1 - cap) + 1e-9)}"
                 f" or a max_sparsity of at least {1 - 1 / over[0]:g}"
             )
-        self.block_schedule = schedule
 
     def step_of(self, fraction: float) -> int:
         """Return the step at ``fraction`` of training (of the updates from ``start_step`` to the end)."""

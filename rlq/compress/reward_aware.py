@@ -176,7 +176,7 @@ class RewardAwareSparsity:
 
     # ---- decisions
 
-    def update(self) -> float:  # noqa: PLR0911
+    def update(self) -> float:
         """Return the new target sparsity after a pruning update on the scores added so far."""
         if self.config.rule == "windowed":
             return self._update_windowed()
@@ -191,9 +191,18 @@ class RewardAwareSparsity:
             return self._rise()
         threshold = max(config.tolerance * abs(self.reference), config.abs_tolerance)
         if _mean(self.since) >= self.reference - threshold:
-            if self._too_slow():
-                return self._decide("hold_trend")
-            return self._rise() if self.target < config.max_sparsity else self._decide("at_max")
+            return self._reward_kept()
+        return self._reward_dropped()
+
+    def _reward_kept(self) -> float:
+        """Episodes rule, the scores since the last change within tolerance of the reference: rise or hold."""
+        if self._too_slow():
+            return self._decide("hold_trend")
+        return self._rise() if self.target < self.config.max_sparsity else self._decide("at_max")
+
+    def _reward_dropped(self) -> float:
+        """Episodes rule, the scores since the last change below the reference: back off to the floor, or hold."""
+        config = self.config
         floor = max(config.min_sparsity, self.floor or 0.0)  # no floor before the first rise
         if config.backoff > 0 and self.target > floor:
             self.target = round(max(floor, self.target - config.backoff), 12)

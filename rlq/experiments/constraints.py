@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,39 @@ def _tuner_range(kind: str) -> Any:
     return SETTING_RANGES[kind[len(TUNER_KIND_PREFIX) :]]
 
 
-def parse_constraint(comment: str, where: str) -> Constraint:  # noqa: C901, PLR0912
+def _known_kind(text: str) -> str:
+    if text not in KINDS and not _is_tuner_kind(text):
+        raise KeyError(text)
+    return text
+
+
+def _flag(word: str) -> Callable[[str], bool]:
+    """Return the reader of a key whose only value is ``word`` (e.g. ``unique: yes``)."""
+
+    def read(text: str) -> bool:
+        if text != word:
+            raise KeyError(text)
+        return True
+
+    return read
+
+
+_READERS: dict[str, Callable[[str], Any]] = {
+    "min": float,
+    "max": float,
+    "gt": float,
+    "lt": float,
+    "choices": lambda text: tuple(c.strip() for c in text.split("|") if c.strip()),
+    "items": ITEM_TYPES.__getitem__,
+    "min_len": int,
+    "kind": _known_kind,
+    "nonfinite": _flag("ok"),
+    "unique": _flag("yes"),
+}
+"""How each constraint key's text becomes its :class:`Constraint` field (KeyError or ValueError: unreadable)."""
+
+
+def parse_constraint(comment: str, where: str) -> Constraint:
     """Return the constraint declared at the end of a parameter's ``comment`` (none declared: no bounds)."""
     found = _BRACKET.search(comment)
     if not found:
@@ -91,34 +124,11 @@ def parse_constraint(comment: str, where: str) -> Constraint:  # noqa: C901, PLR
     fields: dict[str, Any] = {}
     for pair in found.group(1).split(","):
         key, _, text = (part.strip() for part in pair.partition(":"))
+        if key not in _READERS:
+            raise ConstraintError(f"{where}: unknown constraint key {key!r} in [{found.group(1).strip()}]")
         try:
-            if key in ("min", "max", "gt", "lt"):
-                fields[key] = float(text)
-            elif key == "choices":
-                fields[key] = tuple(c.strip() for c in text.split("|") if c.strip())
-            elif key == "items":
-                fields[key] = ITEM_TYPES[text]
-            elif key == "min_len":
-                fields[key] = int(text)
-            elif key == "kind":
-                if text not in KINDS and not _is_tuner_kind(text):
-                    raise KeyError(text)
-                fields[key] = text
-            elif key == "nonfinite":
-                if text != "ok":
-                    raise KeyError(text)
-                fields[key] = True
-            elif key == "unique":
-                if text != "yes":
-                    raise KeyError(text)
-                fields[key] = True
-            else:
-                raise ConstraintError(
-                    f"{where}: unknown constraint key {key!r} in [{found.group(1).strip()}]"
-                )
-        except (KeyError, ValueError) as e:
-            if isinstance(e, ConstraintError):
-                raise
+            fields[key] = _READERS[key](text)
+        except (KeyError, ValueError):
             raise ConstraintError(f"{where}: cannot read constraint {pair.strip()!r}") from None
     return Constraint(**fields)
 

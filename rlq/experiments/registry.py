@@ -196,34 +196,26 @@ def _line_comments(source: str) -> dict[int, str]:
     return comments
 
 
-def parse_value(text: str, param: Parameter) -> Any:  # noqa: PLR0911
+_BOOLEAN_WORDS = {word: True for word in ("true", "1", "yes", "on")} | {
+    word: False for word in ("false", "0", "no", "off")
+}
+
+
+def parse_value(text: str, param: Parameter) -> Any:
     """Return ``text`` (from the command line) converted to ``param``'s type, or raise ExperimentError."""
     kind = type(param.default)
     bad = ExperimentError(
         f"parameter {param.name!r} expects {kind.__name__} (default {param.default!r}); got {text!r}"
     )
-    if kind is bool:
-        lowered = text.strip().lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise bad
-    if kind is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise bad from None
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise bad from None
     if kind is str:
         return text
     try:
+        if kind is bool:
+            return _BOOLEAN_WORDS[text.strip().lower()]
+        if kind in (int, float):
+            return kind(text)
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (KeyError, ValueError, SyntaxError):
         if param.default is None:
             return text
         raise bad from None
@@ -246,19 +238,16 @@ def _check_type(param: Parameter, value: Any, where: str) -> None:
         raise ExperimentError(f"{where}: {param.name}={value!r} is not a {kind.__name__} like its default")
 
 
-def load_experiment(path: str | Path) -> Experiment:  # noqa: C901, PLR0912
-    """Return the Experiment described by the notebook at ``path`` (raises ExperimentError if malformed)."""
-    path = Path(path)
-    try:
-        nb = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ExperimentError(f"{path}: not a readable notebook: {e}") from e
-    cells = nb.get("cells", [])
+def _description(cells: list[dict[str, Any]], path: Path) -> str:
+    """Return the experiment's one-line description: the first line of its first cell, a markdown cell."""
     if not cells or cells[0].get("cell_type") != "markdown":
         raise ExperimentError(f"{path}: the first cell must be markdown describing the experiment")
-    first_line = _cell_source(cells[0]).strip().splitlines()[0] if _cell_source(cells[0]).strip() else ""
-    description = first_line.lstrip("#").strip()
+    text = _cell_source(cells[0]).strip()
+    return text.splitlines()[0].lstrip("#").strip() if text else ""
 
+
+def _parameters(cells: list[dict[str, Any]], path: Path) -> dict[str, Parameter]:
+    """Return the parameters the cell tagged ``parameters`` assigns, each with its comment and constraint."""
     params_cell = _tagged(cells, "parameters")
     if params_cell is None:
         raise ExperimentError(f"{path}: no cell tagged 'parameters'")
@@ -272,22 +261,41 @@ def load_experiment(path: str | Path) -> Experiment:  # noqa: C901, PLR0912
         except ConstraintError as e:
             raise ExperimentError(str(e)) from None
         parameters[name] = Parameter(name, value, comment, constraint)
+    return parameters
 
-    presets: dict[str, dict[str, Any]] = {}
-    wall_times: dict[str, str] = {}
+
+def _presets(
+    cells: list[dict[str, Any]], path: Path, parameters: dict[str, Parameter]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Return the ``PRESETS`` and ``PRESET_WALL_TIMES`` of the cell tagged ``presets`` (none: both empty),
+    each preset's values checked against the parameters they set."""
     presets_cell = _tagged(cells, "presets")
-    if presets_cell is not None:
-        where = f"{path.name} presets cell"
-        found = dict((n, v) for n, v, _ in _literal_assignments(_cell_source(presets_cell), where))
-        presets = found.get("PRESETS", {})
-        wall_times = found.get("PRESET_WALL_TIMES", {})
-        for preset, values in presets.items():
-            if not isinstance(values, dict):
-                raise ExperimentError(f"{where}: preset {preset!r} must be a dict of parameter values")
-            for key, value in values.items():
-                if key not in parameters:
-                    raise ExperimentError(f"{where}: preset {preset!r} sets unknown parameter {key!r}")
-                _check_type(parameters[key], value, f"{where}, preset {preset!r}")
+    if presets_cell is None:
+        return {}, {}
+    where = f"{path.name} presets cell"
+    found = dict((n, v) for n, v, _ in _literal_assignments(_cell_source(presets_cell), where))
+    presets = found.get("PRESETS", {})
+    for preset, values in presets.items():
+        if not isinstance(values, dict):
+            raise ExperimentError(f"{where}: preset {preset!r} must be a dict of parameter values")
+        for key, value in values.items():
+            if key not in parameters:
+                raise ExperimentError(f"{where}: preset {preset!r} sets unknown parameter {key!r}")
+            _check_type(parameters[key], value, f"{where}, preset {preset!r}")
+    return presets, found.get("PRESET_WALL_TIMES", {})
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Return the Experiment described by the notebook at ``path`` (raises ExperimentError if malformed)."""
+    path = Path(path)
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ExperimentError(f"{path}: not a readable notebook: {e}") from e
+    cells = nb.get("cells", [])
+    description = _description(cells, path)
+    parameters = _parameters(cells, path)
+    presets, wall_times = _presets(cells, path, parameters)
     if "preset" in parameters:
         choices = parameters["preset"].constraint.choices
         if set(choices or ()) != set(presets) or "preset" in {k for v in presets.values() for k in v}:
