@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -121,7 +122,7 @@ def verdict(low: float, high: float, max_slowdown: float) -> str:
     return "inconclusive"
 
 
-def main() -> None:  # noqa: PLR0915
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000, help="timed training steps per method")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds the steps are split into")
@@ -130,30 +131,27 @@ def main() -> None:  # noqa: PLR0915
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the rounds")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of the methods")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    methods = args.methods.split(",")
-    unknown = sorted(set(methods) - set(METHODS))
+    args.methods = args.methods.split(",")
+    unknown = sorted(set(args.methods) - set(METHODS))
     if unknown:
         parser.error(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
-    if not (circulant.kernels_available() and quant_tensor.kernels_available()):
-        print("rlq was installed without its compiled kernels: the *_torch methods time the same code")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"TD3 on {ENV_ID}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-        f"{cpu_model()}, load {load:.2f}; {args.steps} training steps per "
-        f"method after {args.learning_starts} random steps, in {args.rounds} interleaved rounds"
-    )
+    return args
+
+
+def prepared_runs(methods: list[str], learning_starts: int) -> dict[str, tuple[Any, Any, list[float]]]:
+    """Return each method's TD3 model and callback after the random steps and first updates, with an empty
+    list for its timed rounds."""
     runs = {}
     for method in methods:
         model = make_model(
             "TD3",
             ENV_ID,
             seed=0,
-            hyperparams={"learning_starts": args.learning_starts, "action_noise_std": 0.1},
+            hyperparams={"learning_starts": learning_starts, "action_noise_std": 0.1},
         )
-        callback = callback_for(method, args.learning_starts)
+        callback = callback_for(method, learning_starts)
         use_kernels(not method.endswith("_torch"))
-        model.learn(args.learning_starts + 10, callback=callback)  # fill the buffer, first updates, compress
+        model.learn(learning_starts + 10, callback=callback)  # fill the buffer, first updates, compress
         runs[method] = (model, callback, [])
         for part in callback if isinstance(callback, list) else [callback]:
             if isinstance(part, CompressionCallback):
@@ -161,8 +159,13 @@ def main() -> None:  # noqa: PLR0915
                     f"  {method:>13}: compression ratio {part.compression_ratio():.3f}, "
                     f"covered {part.covered_fraction:.3f}"
                 )
-    chunk = args.steps // args.rounds
-    for round_index in range(args.rounds):
+    return runs
+
+
+def time_rounds(runs: dict[str, tuple[Any, Any, list[float]]], rounds: int, chunk: int) -> None:
+    """Train every method ``chunk`` steps per round, the order rotating each round; append each round's time."""
+    methods = list(runs)
+    for round_index in range(rounds):
         order = methods[round_index % len(methods) :] + methods[: round_index % len(methods)]
         for method in order:
             model, callback, times = runs[method]
@@ -170,6 +173,10 @@ def main() -> None:  # noqa: PLR0915
             start = time.perf_counter()
             model.learn(chunk, callback=callback, reset_num_timesteps=False)
             times.append(time.perf_counter() - start)
+
+
+def print_table(runs: dict[str, tuple[Any, Any, list[float]]], chunk: int, bootstrap: int) -> None:
+    """Print each method's steps/s and its paired ratio to plain TD3 against its target."""
     header = (
         f"{'method':>13} | {'steps/s':>8} | {'min..max per round':>18} | "
         f"{'plain/method: median [95% CI]':>30} | {'rounds':>13} | target"
@@ -177,14 +184,13 @@ def main() -> None:  # noqa: PLR0915
     print(header)
     print("-" * len(header))
     plain = runs["plain"][2] if "plain" in runs else None
-    for method in methods:
-        times = runs[method][2]
+    for method, (_, _, times) in runs.items():
         rates = [chunk / t for t in times]
         rate = chunk * len(times) / sum(times)
         versus, spread, target = "n/a", "", ""
         if plain is not None and method != "plain":
             ratios = paired_ratios(plain, times)
-            median, low, high = bootstrap_median(ratios, args.bootstrap)
+            median, low, high = bootstrap_median(ratios, bootstrap)
             versus = f"{median:.3f} [{low:.3f}, {high:.3f}]"
             spread = f"{ratios.min():.2f}..{ratios.max():.2f}"
             if method in MAX_SLOWDOWN:
@@ -196,6 +202,23 @@ def main() -> None:  # noqa: PLR0915
             f"{method:>13} | {rate:>8.1f} | {min(rates):>8.1f}..{max(rates):<8.1f} | {versus:>30} | "
             f"{spread:>13} | {target}"
         )
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    if not (circulant.kernels_available() and quant_tensor.kernels_available()):
+        print("rlq was installed without its compiled kernels: the *_torch methods time the same code")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"TD3 on {ENV_ID}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"{cpu_model()}, load {load:.2f}; {args.steps} training steps per "
+        f"method after {args.learning_starts} random steps, in {args.rounds} interleaved rounds"
+    )
+    runs = prepared_runs(args.methods, args.learning_starts)
+    chunk = args.steps // args.rounds
+    time_rounds(runs, args.rounds, chunk)
+    print_table(runs, chunk, args.bootstrap)
     print(
         "plain/method: plain TD3's time over the method's in the same round (1.0 = as fast, 0.9 = 10% slower); "
         f"median over {args.rounds} rounds, bootstrap 95% interval ({args.bootstrap} resamples, seed 0)"

@@ -26,8 +26,8 @@ from rlq.faces.cli import main
 EXPERIMENTS = list_experiments(REPO / "notebooks")
 
 
-def _bad_values(param) -> list[tuple[str, str]]:  # noqa: C901, PLR0912
-    """Return ``(why, text)`` pairs that must be rejected for ``param``, from its default and constraint."""
+def _type_probes(param) -> list[tuple[str, str]]:
+    """Return ``(why, text)`` pairs of the wrong type (or non-finite) for ``param``'s default and its items."""
     c: Constraint = param.constraint
     default = param.default
     bad: list[tuple[str, str]] = []
@@ -49,28 +49,48 @@ def _bad_values(param) -> list[tuple[str, str]]:  # noqa: C901, PLR0912
                 bad.append(("non-finite", "[1e999]"))
         elif items is str:
             bad.append(("wrong item type", "[1]"))
-    wrap = (lambda text: f"[{text}]") if isinstance(default, list) else (lambda text: text)
+    return bad
+
+
+def _wrap(default):
+    """Return how a probe's text is given for a parameter with ``default``: a list's holds one item."""
+    return (lambda text: f"[{text}]") if isinstance(default, list) else (lambda text: text)
+
+
+def _bound_probes(param) -> list[tuple[str, str]]:
+    """Return ``(why, text)`` pairs just outside each of ``param``'s declared bounds."""
+    c: Constraint = param.constraint
+    default = param.default
+    integer = isinstance(default, int) or (
+        isinstance(default, list) and default and isinstance(default[0], int)
+    )
+    bad = []
     for key, delta in (("min", -1), ("gt", 0), ("max", 1), ("lt", 0)):
         bound = getattr(c, key)
         if bound is not None:
             value = bound + delta
-            text = (
-                str(int(value))
-                if isinstance(default, int)
-                or (isinstance(default, list) and default and isinstance(default[0], int))
-                else str(value)
+            bad.append(
+                (
+                    f"out of range ({key}={bound:g})",
+                    _wrap(default)(str(int(value)) if integer else str(value)),
+                )
             )
-            bad.append((f"out of range ({key}={bound:g})", wrap(text)))
+    return bad
+
+
+def _declared_probes(param) -> list[tuple[str, str]]:
+    """Return ``(why, text)`` pairs that break ``param``'s declared uniqueness, choices or kind."""
+    c: Constraint = param.constraint
+    default = param.default
+    wrap = _wrap(default)
+    quoted = (lambda text: f'"{text}"') if isinstance(default, list) else (lambda text: text)
+    bad: list[tuple[str, str]] = []
     if c.unique and isinstance(default, list) and default:
         bad.append(("repeated item", json.dumps([default[0], default[0]])))
     if c.choices:
-        bad.append(
-            ("not a choice", wrap('"no-such-choice"' if isinstance(default, list) else "no-such-choice"))
-        )
+        bad.append(("not a choice", wrap(quoted("no-such-choice"))))
     if c.kind == "env_id":
-        bad.append(
-            ("unknown env id", wrap('"NoSuchEnv-v9"' if isinstance(default, list) else "NoSuchEnv-v9"))
-        )
+        bad.append(("unknown env id", wrap(quoted("NoSuchEnv-v9"))))
     if c.kind == "run":
         bad += [
             ("unknown algorithm in a run", '[["NOPE", "CartPole-v1", 100]]'),
@@ -79,8 +99,13 @@ def _bad_values(param) -> list[tuple[str, str]]:  # noqa: C901, PLR0912
             ("a run without its steps", '[["PPO", "CartPole-v1"]]'),
         ]
     if c.kind == "algorithm":
-        bad.append(("unknown algorithm", wrap('"NOPE"' if isinstance(default, list) else "NOPE")))
+        bad.append(("unknown algorithm", wrap(quoted("NOPE"))))
     return bad
+
+
+def _bad_values(param) -> list[tuple[str, str]]:
+    """Return ``(why, text)`` pairs that must be rejected for ``param``, from its default and constraint."""
+    return _type_probes(param) + _bound_probes(param) + _declared_probes(param)
 
 
 PROBES = [
