@@ -166,6 +166,16 @@ def interrupt_at(at: int):
     return Interrupt()
 
 
+@pytest.fixture(params=[True, False], ids=["kernels", "fallback"])
+def use_kernels(request):
+    """Run the test with rlq.deploy's compiled kernels (skipped where they are not built), then with NumPy's."""
+    from rlq.deploy import kernels_available
+
+    if request.param and not kernels_available():
+        pytest.skip("rlq.deploy._policy_kernels is not built")
+    return request.param
+
+
 @pytest.fixture
 def one_thread():
     """Run the test with one PyTorch thread (tiny networks train fastest so, and the machine is shared)."""

@@ -54,13 +54,6 @@ def assert_fp32_close(y: np.ndarray, ref: np.ndarray) -> None:
     np.testing.assert_allclose(y, ref, rtol=0, atol=FP32_RTOL * scale)
 
 
-@pytest.fixture(params=[True, False], ids=["kernels", "fallback"])
-def use_kernels(request):
-    if request.param and not kernels_available():
-        pytest.skip("rlq.deploy._policy_kernels is not built")
-    return request.param
-
-
 def test_the_kernels_are_built():
     # make venv (pip install -e .) compiles them; without a C compiler compiled policies run in NumPy
     assert kernels_available(), "rlq.deploy._policy_kernels was not built (no C compiler?)"

@@ -16,6 +16,7 @@ from rlq.deploy import FP32_RTOL, SAME_CODES_RTOL, compile_policy, error_bound, 
 from rlq.deploy.c_build import c_compiler, load_c_policy
 from rlq.deploy.export import export_policy
 from rlq.deploy.export_c import CExport, write_c
+from rlq.deploy.input_scaling import INPUT_SCALING
 from rlq.faces.cli import main
 from rlq.rl.agents import make_model
 from rlq.sb3.checkpoint import save_compressed
@@ -426,3 +427,83 @@ def test_a_4_bit_qat_policy_exports_its_own_codes(tmp_path):
     _, bound = error_bound(model, compiled, states)
     actions = load_c_policy(export)(states)
     assert np.all(np.abs(actions - expected.reshape(actions.shape)) <= bound + 1e-5)
+
+
+def test_input_scaling_is_exported_as_the_runtime_computes_it(models, tmp_path):
+    # Pendulum's observation: cos and sin within 1, the angular velocity up to 8
+    model = models["TD3"]
+    states, _ = rollout("Pendulum-v1", lambda o: model.predict(o, deterministic=True)[0].reshape(1, -1))
+    calibration, held_out = states[:60], states[60:]
+    export = write_c(model, tmp_path / "c", precision="int8", calibration=calibration)
+    assert [op["name"] for op in export.ops][0] == INPUT_SCALING
+    reference = compile_policy(model, "int8", calibration=calibration, use_kernels=False)
+    tolerance = SAME_CODES_RTOL * float(np.abs(model.action_space.high).max())
+    assert parity(load_c_policy(export)(held_out), reference(held_out), tolerance)["within"] is True
+    exact, bound = error_bound(model, reference, held_out)
+    assert np.all(np.abs(reference.outputs(held_out) - exact) <= bound)
+    with pytest.raises(ValueError, match="compiled already"):
+        write_c(reference, tmp_path / "again", precision="int8", calibration=calibration)
+    assert not (tmp_path / "again").exists()
+
+
+def test_input_scaling_calibrates_on_observations_as_the_network_sees_them(models, tmp_path):
+    model = models["TD3"]
+    venv = VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")]), norm_reward=False, clip_obs=5.0)
+    venv.obs_rms.mean = np.array([0.3, -0.2, 1.0])
+    venv.obs_rms.var = np.array([0.25, 4.0, 9.0])
+    obs = np.random.default_rng(4).uniform(-8, 8, size=(80, 3)).astype(np.float32)
+    calibration, held_out = obs[:40], obs[40:]
+    policy = load_c_policy(
+        write_c(model, tmp_path / "c", precision="int8", vec_normalize=venv, calibration=calibration)
+    )
+    seen = venv.normalize_obs(calibration).astype(np.float32)
+    reference = compile_policy(model, "int8", calibration=seen, use_kernels=False)
+    expected = reference(venv.normalize_obs(held_out).astype(np.float32))
+    np.testing.assert_allclose(policy(held_out), expected, rtol=0, atol=1e-4)
+
+
+def test_an_nn_module_actor_exports_its_input_scaling(tmp_path):
+    from gymnasium import spaces
+
+    torch.manual_seed(2)
+    actor = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 2), nn.Tanh())
+    box = spaces.Box(low=-2.0, high=2.0, shape=(2,), dtype=np.float32)
+    x = (np.random.default_rng(5).normal(size=(60, 5)) * [0.1, 0.1, 1.0, 10.0, 10.0]).astype(np.float32)
+    export = export_policy(actor, tmp_path / "c", action_space=box, precision="int8", calibration=x[:30])
+    compiled = compile_policy(actor, "int8", calibration=x[:30], use_kernels=False)
+    assert compiled.ops[0].name == INPUT_SCALING
+    expected = 2.0 * compiled.outputs(x[30:])  # SB3's unscale_action to [-2, 2]
+    np.testing.assert_allclose(load_c_policy(export)(x[30:]), expected, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="precision='fp32' quantizes none"):
+        export_policy(actor, tmp_path / "fp32", action_space=box, calibration=x)
+    assert not (tmp_path / "fp32").exists()
+
+
+def test_cli_exports_with_calibration_observations_from_a_npy_file(models, tmp_path, capsys):
+    model = models["TD3"]
+    save_compressed(model, tmp_path / "td3.zip")
+    states, _ = rollout("Pendulum-v1", lambda o: model.predict(o, deterministic=True)[0].reshape(1, -1))
+    np.save(tmp_path / "states.npy", states[:60])
+    args = [
+        "export",
+        str(tmp_path / "td3.zip"),
+        "--precision",
+        "int8",
+        "--calibration",
+        str(tmp_path / "states.npy"),
+    ]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    policy = load_c_policy(CExport.read(tmp_path / "out"))
+    expected = load_c_policy(write_c(model, tmp_path / "python", precision="int8", calibration=states[:60]))
+    np.testing.assert_array_equal(policy(states[60:]), expected(states[60:]))
+    (tmp_path / "text.npy").write_text("not an array")
+    args[-1] = str(tmp_path / "text.npy")
+    assert main([*args, "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "not a NumPy .npy array" in err and len(err.strip().splitlines()) == 1
+    np.save(tmp_path / "narrow.npy", states[:60, :2])
+    args[-1] = str(tmp_path / "narrow.npy")
+    assert main([*args, "--out", str(tmp_path / "narrow")]) == 2
+    assert "shape (n, 3)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["out", "python"]

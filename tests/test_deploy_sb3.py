@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import DEPLOY_ALGOS, DEPLOY_DISCRETE, circulant_deploy_models
-from rlq.deploy import FP32_RTOL, compile_policy, error_bound, kernels_available
+from rlq.deploy import FP32_RTOL, compile_policy, error_bound
 from rlq.rl.agents import make_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,13 +38,6 @@ def rollout(env_id: str, act, steps: int = 150, seed: int = 0) -> np.ndarray:
             obs, _ = env.reset()
     env.close()
     return np.stack(states)
-
-
-@pytest.fixture(params=[True, False], ids=["kernels", "fallback"])
-def use_kernels(request):
-    if request.param and not kernels_available():
-        pytest.skip("rlq.deploy._policy_kernels is not built")
-    return request.param
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

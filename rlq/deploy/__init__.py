@@ -4,7 +4,9 @@
 returns a :class:`CompiledPolicy`, a callable from a float32 ``(batch, obs_dim)`` array to SB3's actions:
 block-circulant layers in the frequency domain, pruned layers block-sparse int8, other layers dense int8 or
 float32, all in one call to compiled C kernels (a NumPy fallback computes the same where they are not
-built).
+built). Given calibration observations, an int8 policy first divides each observation feature by a power of
+two folded into its first layer, so that features of different ranges share the input codes
+(:mod:`rlq.deploy.input_scaling`).
 
 How close it is to the PyTorch forward of the same module: with float32 storage (``precision="fp32"``
 and float32 DFTs) within :data:`FP32_RTOL` of the largest output magnitude; with int8 or int16 storage

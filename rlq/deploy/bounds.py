@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rlq.deploy.formats import ACTION_SCALING, PackedOp
+from rlq.deploy.input_scaling import INPUT_SCALING, folded_specs
 from rlq.deploy.reader import LinearSpec, read_policy
 
 FP32_RTOL = 1e-5
@@ -90,13 +91,17 @@ def error_bound(module: Any, compiled: Any, obs: np.ndarray) -> tuple[np.ndarray
     """
     specs, _ = read_policy(module)
     ops = compiled.ops
+    x = np.asarray(obs, np.float64)
+    if ops and ops[0].name == INPUT_SCALING:  # powers of two: x / c and the columns times c are exact
+        specs = folded_specs(specs, ops[0])
+        x = x * ops[0].arrays["scale"].astype(np.float64)
+        ops = ops[1:]
     same = len(ops) - len(specs) in (0, 1) and all(
         (op.name, op.n_in, op.n_out) == (spec.name, spec.n_in, spec.n_out)
         for op, spec in zip(ops, specs, strict=False)
     )
     if not same or any(op.name != ACTION_SCALING for op in ops[len(specs) :]):
         raise ValueError("compiled was not compiled from this module (its layers differ)")
-    x = np.asarray(obs, np.float64)
     delta = np.zeros_like(x)
     for spec, op in zip(specs, ops, strict=False):
         if spec.kind == "activation":

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from rlq.core.staging import staged_folder
-from rlq.deploy.export_c import CExport, write_c
+from rlq.deploy.export_c import CExport, network_inputs, write_c
 from rlq.deploy.formats import ACTION_SCALING, Affine
 from rlq.deploy.reader import OutputSpec, read_policy
 from rlq.deploy.runtime import CompiledPolicy, compile_policy
@@ -167,10 +167,13 @@ def _takes_action_space(policy: Any, action_space: Any) -> bool:
     return True
 
 
-def _compiled_with_actions(actor: nn.Sequential, action_space: Any, precision: str) -> CompiledPolicy:
-    """Return ``actor`` compiled at ``precision`` with ``action_space``'s post-processing after it."""
+def _compiled_with_actions(
+    actor: nn.Sequential, action_space: Any, precision: str, calibration: np.ndarray | None = None
+) -> CompiledPolicy:
+    """Return ``actor`` compiled at ``precision`` (its inputs scaled on ``calibration``, observations as the
+    network sees them) with ``action_space``'s post-processing after it."""
     output = output_for_action_space(actor, action_space)
-    compiled = compile_policy(actor, precision, use_kernels=False)
+    compiled = compile_policy(actor, precision, calibration=calibration, use_kernels=False)
     ops = list(compiled.ops)
     if output.kind == "continuous":
         ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
@@ -216,8 +219,9 @@ def export_policy(
 
     ``format="c"`` returns the :class:`rlq.deploy.export_c.CExport`; ``"onnx"`` the path of
     ``<out>/<name>.onnx``. ``precision``: ``"fp32"`` or ``"int8"``. An ``nn.Sequential`` actor needs its
-    ``action_space`` (:func:`output_for_action_space`); an SB3 model has its own. ``calibration``: observations
-    for ONNX int8's static activation ranges (without them, dynamic quantization). ``out`` must not exist;
+    ``action_space`` (:func:`output_for_action_space`); an SB3 model has its own. ``calibration``: typical
+    observations, for ONNX int8's static activation ranges (without them, dynamic quantization) and for the C
+    function's input scaling at a quantized precision (:mod:`rlq.deploy.input_scaling`). ``out`` must not exist;
     nothing is written when the source cannot be exported.
     """
     if format not in FORMATS:
@@ -227,9 +231,15 @@ def export_policy(
         raise FileExistsError(f"{out} exists; export into a new folder")
     policy = load_policy_source(source)
     module_actor = _takes_action_space(policy, action_space)
-    if format == "c":
-        actor = _compiled_with_actions(policy, action_space, precision) if module_actor else policy
+    if format == "c" and module_actor:
+        actor = _compiled_with_actions(
+            policy, action_space, precision, network_inputs(calibration, vec_normalize)
+        )
         return write_c(actor, out, name=name, precision=precision, vec_normalize=vec_normalize)
+    if format == "c":
+        return write_c(
+            policy, out, name=name, precision=precision, vec_normalize=vec_normalize, calibration=calibration
+        )
     if vec_normalize is not None:
         raise ValueError("ONNX export does not take a VecNormalize; normalise observations before the model")
     return _write_onnx(policy, out, name, precision, calibration, action_space)

@@ -388,6 +388,16 @@ def normalization_op(vec_normalize: Any, obs_dim: int) -> Affine:
     )
 
 
+def network_inputs(calibration: np.ndarray | None, vec_normalize: Any) -> np.ndarray | None:
+    """Return ``calibration`` observations as the network sees them: normalised by ``vec_normalize`` if given."""
+    if calibration is None or vec_normalize is None:
+        return calibration
+    x = np.asarray(calibration, np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"calibration must be observations of shape (n, obs_dim), got shape {x.shape}")
+    return normalization_op(vec_normalize, x.shape[1]).forward(x)
+
+
 def write_c(
     policy: Any,
     out: str | os.PathLike,
@@ -397,6 +407,7 @@ def write_c(
     circulant_precision: str | None = None,
     sparse_block: tuple[int, int] | None = None,
     vec_normalize: Any = None,
+    calibration: np.ndarray | None = None,
 ) -> CExport:
     """Write ``<name>.h`` and ``<name>.c`` of ``policy`` into the new folder ``out``; return what they state.
 
@@ -404,23 +415,28 @@ def write_c(
     and ``circulant_precision`` as there (int8 stores codes and per-row scales, ``"int2"`` to ``"int7"`` such
     codes packed into a bit stream, ``bits`` per weight; block-circulant layers keep
     their DFTs at ``circulant_precision``; ``sparse_block`` forces the block shape of pruned layers). ``vec_normalize``: a ``VecNormalize`` whose observation
-    normalisation the C function applies first. ``out`` must not exist: the folder appears whole or not at
+    normalisation the C function applies first. ``calibration``: typical observations (as the C function receives
+    them) for the first layer's input scaling at a quantized ``precision`` (see :func:`rlq.deploy.compile_policy`). ``out`` must not exist: the folder appears whole or not at
     all, and an unsupported layer or space raises before anything is written.
     """
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} exists; export into a new folder")
-    compiled = (
-        policy
-        if isinstance(policy, CompiledPolicy)
-        else compile_policy(
+    if isinstance(policy, CompiledPolicy):
+        if calibration is not None:
+            raise ValueError(
+                "a CompiledPolicy is compiled already: pass calibration to compile_policy instead"
+            )
+        compiled = policy
+    else:
+        compiled = compile_policy(
             policy,
             precision,
             circulant_precision=circulant_precision,
             sparse_block=sparse_block,
+            calibration=network_inputs(calibration, vec_normalize),
             use_kernels=False,
         )
-    )
     normalization = None if vec_normalize is None else normalization_op(vec_normalize, compiled.obs_dim)
     header, source, info = render_c(compiled, name, normalization)
     with staged_folder(out) as staging:

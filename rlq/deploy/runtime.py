@@ -45,6 +45,7 @@ from rlq.deploy.formats import (
     kept_blocks,
 )
 from rlq.deploy.frequency import KERNEL_BLOCK_SIZES, PRECISIONS, Circulant
+from rlq.deploy.input_scaling import fold_input_scales, input_scales
 from rlq.deploy.reader import LinearSpec, OutputSpec, read_policy
 
 _FLOAT32 = np.dtype(np.float32)
@@ -264,6 +265,7 @@ def compile_policy(
     circulant_precision: str | None = None,
     sparse_block: Sequence[int] | None = None,
     max_sparse_density: float = MAX_SPARSE_DENSITY,
+    calibration: np.ndarray | None = None,
     use_kernels: bool | None = None,
 ) -> CompiledPolicy:
     """Return a :class:`CompiledPolicy` that computes ``policy``'s actions with compiled CPU kernels.
@@ -281,15 +283,28 @@ def compile_policy(
     compiled kernels do not). ``circulant_precision``: the block-circulant layers' stored DFTs, ``"fp32"``,
     ``"int8"`` or ``"int16"`` (default: ``precision``, ``"int8"`` under a low-bit ``precision``).
 
+    ``calibration``: typical observations ``(n, obs_dim)`` of a quantized ``precision``; each feature is then
+    divided by a power of two near its largest magnitude there, folded into the first layer's weights, so that
+    features of different ranges share the int8 input codes evenly (:mod:`rlq.deploy.input_scaling`; the first
+    layer must not be block-circulant).
+
     ``use_kernels``: None uses the compiled kernels where built (see :data:`USE_KERNELS`); False forces the
     NumPy fallback. Where the kernels are wanted but not built (:func:`kernels_available` is False), the
     first call in a process warns with :data:`FALLBACK_WARNING` (a ``RuntimeWarning``) and runs NumPy. Unsupported layers and spaces raise a ``TypeError`` naming them. How close the result is
     to the PyTorch forward: :func:`rlq.deploy.error_bound`.
     """
     circulant = _check_options(precision, circulant_precision, max_sparse_density)
+    if calibration is not None and precision == "fp32":
+        raise ValueError(
+            "calibration scales a quantized first layer's inputs; precision='fp32' quantizes none"
+        )
     block = None if sparse_block is None else check_block(tuple(sparse_block))
     specs, output = read_policy(policy)
-    ops = [plan_layer(spec, precision, circulant, block, max_sparse_density) for spec in specs]
+    ops: list[PackedOp] = []
+    if calibration is not None:
+        scaling, specs = fold_input_scales(specs, input_scales(calibration, specs[0].n_in))
+        ops.append(scaling)
+    ops += [plan_layer(spec, precision, circulant, block, max_sparse_density) for spec in specs]
     if output.kind == "continuous":
         ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
     kernels = USE_KERNELS if use_kernels is None else bool(use_kernels)

@@ -285,11 +285,33 @@ def _add_run(sub: Any) -> None:
     p.set_defaults(func=_cmd_run)
 
 
+def _calibration_file(path: Path | None) -> Any:
+    """Return the observations saved at ``path`` (a NumPy ``.npy`` array), or None without a path."""
+    if path is None:
+        return None
+    import numpy as np
+
+    if not path.is_file():
+        raise FileNotFoundError(f"no calibration file at {path}")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"--calibration {path}: not a NumPy .npy array ({e})") from e
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from rlq.deploy.export import export_policy
 
+    calibration = _calibration_file(args.calibration)
     try:
-        result = export_policy(args.source, args.out, args.format, precision=args.precision, name=args.name)
+        result = export_policy(
+            args.source,
+            args.out,
+            args.format,
+            precision=args.precision,
+            name=args.name,
+            calibration=calibration,
+        )
     except TypeError as e:  # an unsupported layer or space
         raise ValueError(str(e)) from e
     except (FileExistsError, FileNotFoundError):
@@ -321,6 +343,12 @@ def _add_export(sub: Any) -> None:
         help="how dense layers are stored (int4, int2: codes packed into bit streams; C only)",
     )
     p.add_argument("--name", default="policy", help="the files' and C function's prefix (a C identifier)")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        help="typical observations, a .npy array (n, obs_dim): at int8 and below the C function scales each "
+        "input feature by them; ONNX int8 takes its static ranges from them",
+    )
     p.set_defaults(func=_cmd_export)
 
 
