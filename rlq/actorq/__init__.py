@@ -58,6 +58,7 @@ _HOMES = {
     "ActorQResult": "result",
     "TrainingProgress": "result",
     "time_to_return": "result",
+    "time_to_learned_return": "result",
     "SpeedupPrediction": "cost_model",
     "StepCosts": "cost_model",
     "Topology": "cost_model",
@@ -106,7 +107,13 @@ if TYPE_CHECKING:
         block_circulant_policy_,
         policy_weights,
     )
-    from rlq.actorq.result import BREAKDOWN_KEYS, ActorQResult, TrainingProgress, time_to_return
+    from rlq.actorq.result import (
+        BREAKDOWN_KEYS,
+        ActorQResult,
+        TrainingProgress,
+        time_to_learned_return,
+        time_to_return,
+    )
 
 
 def __getattr__(name: str):
@@ -157,6 +164,7 @@ __all__ = [
     "ray_session",
     "speedup_curve",
     "step_costs",
+    "time_to_learned_return",
     "time_to_return",
     "train",
 ]
