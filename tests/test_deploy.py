@@ -234,6 +234,55 @@ def test_choose_block_is_the_first_shape_that_fits_by_an_exhaustive_search():
     assert choose_block(blocky) == (16, 4)
 
 
+def test_with_a_vector_path_the_fewest_64_byte_blocks_win_by_an_exhaustive_search():
+    from rlq.deploy.formats import SPARSE_BLOCKS, VECTOR_BLOCKS, choose_block
+
+    def exhaustive(nonzero, max_density):  # each 64-byte shape's kept blocks counted with numpy alone
+        best = None
+        for rows, cols in VECTOR_BLOCKS:
+            out, inp = nonzero.shape
+            padded = np.zeros((-(-out // rows) * rows, -(-inp // cols) * cols), bool)
+            padded[:out, :inp] = nonzero
+            kept = int(padded.reshape(-1, rows, padded.shape[1] // cols, cols).any(axis=(1, 3)).sum())
+            if best is None or kept < best[0]:
+                best = (kept, (rows, cols))
+        return best[1] if best[0] * 64 <= max_density * nonzero.size else None
+
+    assert all(rows * cols == 64 for rows, cols in VECTOR_BLOCKS) and set(VECTOR_BLOCKS) <= set(SPARSE_BLOCKS)
+    rng = np.random.default_rng(1)
+    for shape in ((16, 4), (8, 8), (4, 16)):
+        structured = np.kron(rng.random((96 // shape[0], 64 // shape[1])) < 0.2, np.ones(shape, bool))
+        for density in (0.02, 0.3, 0.7, 1.0):
+            for nonzero in (rng.random((96, 64)) < density, structured & (rng.random((96, 64)) < density)):
+                for max_density in (0.5, 0.25):
+                    found = choose_block(nonzero, max_density=max_density, vector_blocks=True)
+                    assert found == exhaustive(nonzero, max_density) or (
+                        found is None and nonzero.sum() > max_density * nonzero.size
+                    )
+        assert choose_block(structured, vector_blocks=True) == shape
+
+
+def test_the_kernels_keep_64_byte_blocks_where_the_loops_take_smaller_ones(use_kernels):
+    # whole 16x4 blocks kept, a third of each kept block's rows zero (units that lost every incoming weight):
+    # 16x4 then stores 1.5 times the nonzero entries, which plain loops refuse and the vector path takes
+    torch.manual_seed(4)
+    model = mlp((17, 256, 256, 6))
+    keep = torch.rand(256 // 16, 256 // 4) < 0.1
+    mask = keep.repeat_interleave(16, 0).repeat_interleave(4, 1).float()
+    mask[torch.arange(256) % 3 == 0] = 0.0
+    prune_with_mask_(model[2], "weight", mask)
+    compiled = compile_policy(model, "int8", use_kernels=use_kernels)
+    op = compiled.ops[1]
+    assert isinstance(op, SparseI8)
+    assert op.block == ((16, 4) if deploy_runtime.vector_blocks(use_kernels) else (1, 4))
+    x = inputs(16)
+    exact, bound = error_bound(model, compiled, x)
+    assert np.all(np.abs(compiled(x) - exact) <= bound)
+    # the same integer sums in either layout
+    other = compile_policy(model, "int8", sparse_block=(1, 4) if op.block == (16, 4) else (16, 4))
+    np.testing.assert_allclose(compiled(x), other(x), rtol=0, atol=1e-6)
+
+
 def test_int8_codes_that_arrived_are_taken_as_they_are_and_give_what_quantizing_again_gives():
     from rlq.deploy.reader import LinearSpec
     from rlq.quant.tensor import quantize_to_codes

@@ -334,10 +334,10 @@ class CompiledEngine:
         """Compile ``policy`` (its layers packed for the kernels: DFTs of the B-vectors, int8 codes)."""
         from rlq.deploy.formats import MAX_SPARSE_DENSITY
         from rlq.deploy.reader import OutputSpec
-        from rlq.deploy.runtime import CompiledPolicy, plan_layer
+        from rlq.deploy.runtime import CompiledPolicy, plan_layer, vector_blocks
 
-        p = self.precision
-        ops = [plan_layer(spec, p, p, None, MAX_SPARSE_DENSITY) for spec in self.layer_specs(policy)]
+        p, vector = self.precision, vector_blocks(self.compiled)
+        ops = [plan_layer(spec, p, p, None, MAX_SPARSE_DENSITY, vector) for spec in self.layer_specs(policy)]
         self.policy = CompiledPolicy(ops, OutputSpec(), self.arch.obs_dim, self.compiled)
 
     def __call__(self, obs: np.ndarray) -> list[np.ndarray]:

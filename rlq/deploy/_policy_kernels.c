@@ -839,12 +839,19 @@ static PyObject *forward(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* 1 where block_row_sums takes a 64-byte block (16 x 4, 8 x 8, 4 x 16) in one vector multiply-add */
+#if defined(HAVE_VNNI512) || defined(HAVE_MADD16)
+#define VECTOR_I8_BLOCKS 1
+#else
+#define VECTOR_I8_BLOCKS 0
+#endif
+
 static PyObject *constants(PyObject *self, PyObject *args) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "VERSION", VERSION,
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "VERSION", VERSION,
                          "HEADER_WORDS", HEADER_WORDS, "OP_WORDS", OP_WORDS, "LANES", LANES, "DENSE_F32",
                          DENSE_F32, "DENSE_I8", DENSE_I8, "SPARSE_I8", SPARSE_I8, "CIRC_F32", CIRC_F32,
                          "CIRC_I8", CIRC_I8, "CIRC_I16", CIRC_I16, "AFFINE", AFFINE, "ACT_RELU", ACT_RELU,
-                         "ACT_TANH", ACT_TANH);
+                         "ACT_TANH", ACT_TANH, "VECTOR_I8_BLOCKS", VECTOR_I8_BLOCKS);
 }
 
 static PyMethodDef methods[] = {

@@ -6,8 +6,8 @@ Which kernel a layer gets (:func:`plan_layer`):
   (:class:`rlq.deploy.frequency.Circulant`) at ``circulant_precision`` (float32, int8 or int16 DFTs);
   another B runs as a dense layer of its expansion;
 - at ``precision="int8"``, a pruned layer whose zeros fill whole blocks runs block-sparse
-  (:class:`rlq.deploy.formats.SparseI8`, block shape by :func:`rlq.deploy.formats.choose_block` or
-  ``sparse_block``), every other layer dense int8 (:class:`rlq.deploy.formats.DenseI8`);
+  (:class:`rlq.deploy.formats.SparseI8`, block shape by :func:`rlq.deploy.formats.choose_block`, which
+  the compiled kernels' vector path steers to 64-byte blocks, or ``sparse_block``), every other layer dense int8 (:class:`rlq.deploy.formats.DenseI8`);
 - at ``precision="fp32"``, every other layer runs as a float32 matrix (:class:`rlq.deploy.formats.DenseF32`).
 
 The compiled module ``rlq/deploy/_policy_kernels.c`` (built by ``setup.py`` where a C compiler is present,
@@ -88,14 +88,24 @@ def _warn_fallback_once() -> None:
         warnings.warn(FALLBACK_WARNING, RuntimeWarning, stacklevel=3)
 
 
+def vector_blocks(use_kernels: bool) -> bool:
+    """Return whether policies run with ``use_kernels`` sum 64-byte int8 blocks with vector multiply-adds
+    (the kernels are built, for a CPU with AVX-512 VNNI or AVX2): what :func:`choose_block` is told."""
+    return bool(
+        use_kernels and _policy_kernels is not None and _policy_kernels.constants()["VECTOR_I8_BLOCKS"]
+    )
+
+
 def plan_layer(
     spec: LinearSpec,
     precision: str,
     circulant_precision: str,
     sparse_block: tuple[int, int] | None,
     max_sparse_density: float,
+    vector: bool = False,
 ) -> PackedOp:
-    """Return the op one layer runs as (see the module docstring for the rule)."""
+    """Return the op one layer runs as (see the module docstring for the rule); ``vector``: the engine sums
+    64-byte int8 blocks with vector multiply-adds (:func:`vector_blocks`)."""
     if spec.kind == "activation":
         return Affine.identity(spec.name, spec.n_out, spec.activation)
     if spec.vectors is not None and spec.vectors.shape[2] in KERNEL_BLOCK_SIZES:
@@ -108,7 +118,7 @@ def plan_layer(
     if sparse_block is not None:
         density = float(kept_blocks(nonzero, sparse_block).mean())
         return SparseI8(spec, sparse_block) if density <= max_sparse_density else DenseI8(spec)
-    block = choose_block(nonzero, SPARSE_BLOCKS, max_sparse_density) if not nonzero.all() else None
+    block = choose_block(nonzero, SPARSE_BLOCKS, max_sparse_density, vector) if not nonzero.all() else None
     return DenseI8(spec) if block is None else SparseI8(spec, block)
 
 
@@ -304,10 +314,11 @@ def compile_policy(
     if calibration is not None:
         scaling, specs = fold_input_scales(specs, input_scales(calibration, specs[0].n_in))
         ops.append(scaling)
-    ops += [plan_layer(spec, precision, circulant, block, max_sparse_density) for spec in specs]
+    kernels = USE_KERNELS if use_kernels is None else bool(use_kernels)
+    vector = vector_blocks(kernels)
+    ops += [plan_layer(spec, precision, circulant, block, max_sparse_density, vector) for spec in specs]
     if output.kind == "continuous":
         ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
-    kernels = USE_KERNELS if use_kernels is None else bool(use_kernels)
     if kernels and not kernels_available():
         _warn_fallback_once()
     return CompiledPolicy(ops, output, specs[0].n_in, kernels)
