@@ -7,7 +7,8 @@ Which kernel a layer gets (:func:`plan_layer`):
   another B runs as a dense layer of its expansion;
 - at ``precision="int8"``, a pruned layer whose zeros fill whole blocks runs block-sparse
   (:class:`rlq.deploy.formats.SparseI8`, block shape by :func:`rlq.deploy.formats.choose_block`, which
-  the compiled kernels' vector path steers to 64-byte blocks, or ``sparse_block``), every other layer dense int8 (:class:`rlq.deploy.formats.DenseI8`);
+  the compiled kernels' vector path steers to 64-byte blocks, or ``sparse_block``), every other layer dense
+  int8 (:class:`rlq.deploy.formats.DenseI8`);
 - at ``precision="fp32"``, every other layer runs as a float32 matrix (:class:`rlq.deploy.formats.DenseF32`).
 
 The compiled module ``rlq/deploy/_policy_kernels.c`` (built by ``setup.py`` where a C compiler is present,
@@ -294,7 +295,7 @@ def compile_policy(
     ``"int8"`` or ``"int16"`` (default: ``precision``, ``"int8"`` under a low-bit ``precision``).
 
     ``calibration``: typical observations ``(n, obs_dim)`` of a quantized ``precision``; each feature is then
-    divided by a power of two near its largest magnitude there, folded into the first layer's weights, so that
+    divided by the power of two at or just above its largest magnitude there, folded into the first layer's weights, so that
     features of different ranges share the int8 input codes evenly (:mod:`rlq.deploy.input_scaling`; the first
     layer must not be block-circulant).
 
