@@ -250,3 +250,22 @@ def test_an_exported_compressed_actor_acts_on_the_m4_as_in_pytorch(pendulum_acto
     assert export.weight_bytes <= sizes["flash"] < export.weight_bytes + 8192
     if precision != "fp32":  # the compressed 3-256-256-1 actor fits a 16 KB flash budget
         assert sizes["flash"] <= 16 * 1024, sizes
+
+
+@needs_tools
+def test_an_actor_with_input_scaling_acts_on_the_m4_as_the_runtime_does(pendulum_actor, tmp_path):
+    from rlq.deploy import SAME_CODES_RTOL, compile_policy, error_bound, write_c
+    from rlq.deploy.input_scaling import INPUT_SCALING
+
+    model, obs = pendulum_actor
+    export = write_c(model, tmp_path / "c", precision="int8", calibration=obs)
+    assert export.ops[0]["name"] == INPUT_SCALING
+    actions, _ = cortex_m.run_qemu(
+        cortex_m.build_cortex_m(export.folder, export.name, obs, tmp_path / "build")
+    )
+    reference = compile_policy(model, "int8", calibration=obs, use_kernels=False)
+    _, bound = error_bound(model, reference, obs)
+    expected, _ = model.predict(obs, deterministic=True)
+    assert np.all(np.abs(actions - expected) <= bound + 2e-5)
+    # the same codes as the runtime's (tanh and the sums' order aside)
+    np.testing.assert_allclose(actions, reference(obs), rtol=0, atol=SAME_CODES_RTOL * 2.0)
