@@ -342,3 +342,18 @@ def test_a_published_table_appends_rows_with_empty_columns_without_pandas_warnin
     assert merged["seed"].tolist() == [1, 2, 3] and merged["ret"].tolist() == [1.5, 2.5, 4.0]
     assert merged["note"].isna().tolist() == [True, True, False] and merged["note"].iloc[2] == "late"
     assert merged["extra"].isna().all() and merged["seed"].dtype.kind == "i"
+
+
+def test_every_outcome_of_a_claim_has_its_verdict_cell():
+    from rlq.faces.report_confirmatory import _verdict
+
+    claims = {c.id: c for c in read_design()}
+    joint, reward = claims["gst_td3_joint"], claims["gst_td3_reward"]
+    assert joint.power() is None  # a joint claim has no power of its own: its parts' outcomes are shown
+    assert (
+        _verdict(joint, "inconclusive", "holds; inconclusive")
+        == "**inconclusive** (its parts: holds; inconclusive)"
+    )
+    assert _verdict(reward, "inconclusive", "") == f"**inconclusive** (registered power {reward.power():.2f})"
+    assert _verdict(joint, "holds", "holds; holds") == "**holds**"
+    assert _verdict(joint, "does not hold", "holds; does not hold") == "**does not hold**"

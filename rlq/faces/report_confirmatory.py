@@ -40,6 +40,8 @@ def _test(claim: RegisteredClaim) -> str:
 def _verdict(claim: RegisteredClaim, outcome: str, reason: str) -> str:
     if outcome in ("holds", "does not hold"):
         return f"**{outcome}**"
+    if outcome == "inconclusive" and claim.statistic == "joint":
+        return f"**inconclusive** (its parts: {reason})"
     if outcome == "inconclusive":
         return f"**inconclusive** (registered power {claim.power():.2f})"
     if outcome == "underpowered at our budget" and claim.design_sd is not None:
