@@ -413,11 +413,12 @@ def write_c(
 
     ``policy``: what :func:`rlq.deploy.compile_policy` takes, or a :class:`CompiledPolicy`; ``precision``
     and ``circulant_precision`` as there (int8 stores codes and per-row scales, ``"int2"`` to ``"int7"`` such
-    codes packed into a bit stream, ``bits`` per weight; block-circulant layers keep
-    their DFTs at ``circulant_precision``; ``sparse_block`` forces the block shape of pruned layers). ``vec_normalize``: a ``VecNormalize`` whose observation
-    normalisation the C function applies first. ``calibration``: typical observations (as the C function receives
-    them) for the first layer's input scaling at a quantized ``precision`` (see :func:`rlq.deploy.compile_policy`). ``out`` must not exist: the folder appears whole or not at
-    all, and an unsupported layer or space raises before anything is written.
+    codes packed into a bit stream, ``bits`` per weight; block-circulant layers keep their DFTs at
+    ``circulant_precision``; ``sparse_block`` forces the block shape of pruned layers). ``vec_normalize``: a
+    ``VecNormalize`` whose observation normalisation the C function applies first. ``calibration``: typical
+    observations (as the C function receives them) for the first layer's input scaling at a quantized
+    ``precision`` (see :func:`rlq.deploy.compile_policy`). ``out`` must not exist: the folder appears whole or
+    not at all, and an unsupported layer or space raises before anything is written.
     """
     out = Path(out)
     if out.exists():
