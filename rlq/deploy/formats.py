@@ -361,15 +361,20 @@ def choose_block(
     dense = nonzero.size
     if count > max_density * dense:  # kept blocks hold every nonzero entry: no shape can fit
         return None
-    stored = {block: int(kept_blocks(nonzero, block).sum()) * block[0] * block[1] for block in candidates}
     if vector_blocks:
-        vector = [block for block in candidates if block in VECTOR_BLOCKS]
-        best = min(vector, key=lambda block: stored[block], default=None)
+        stored = {block: _stored(nonzero, block) for block in candidates if block in VECTOR_BLOCKS}
+        best = min(stored, key=stored.__getitem__, default=None)
         return best if best is not None and stored[best] <= max_density * dense else None
     for block in candidates:
-        if stored[block] <= 1.25 * max(count, 1) and stored[block] <= max_density * dense:
+        stored = _stored(nonzero, block)
+        if stored <= 1.25 * max(count, 1) and stored <= max_density * dense:
             return block
     return None
+
+
+def _stored(nonzero: np.ndarray, block: tuple[int, int]) -> int:
+    """Return the entries the kept ``block``-shaped blocks of the ``nonzero`` pattern store."""
+    return int(kept_blocks(nonzero, block).sum()) * block[0] * block[1]
 
 
 class SparseI8(_Int8Rows):

@@ -48,7 +48,16 @@ def input_scales(calibration: np.ndarray, obs_dim: int) -> np.ndarray:
 
 def fold_input_scales(specs: list[LinearSpec], scales: np.ndarray) -> tuple[Affine, list[LinearSpec]]:
     """Return the op dividing each input feature by ``scales`` and ``specs`` with the first layer's columns
-    multiplied by them: the same function, exactly (``scales`` are powers of two).
+    multiplied by them (:func:`scaled_first_layer`): the same function, exactly (``scales`` are powers of two)."""
+    width = scales.shape[0]
+    scaling = Affine(
+        INPUT_SCALING, 1.0 / scales, np.zeros(width), np.full(width, -np.inf), np.full(width, np.inf)
+    )
+    return scaling, scaled_first_layer(specs, scales)
+
+
+def scaled_first_layer(specs: list[LinearSpec], scales: np.ndarray) -> list[LinearSpec]:
+    """Return ``specs`` with the first layer's column ``j`` multiplied by ``scales[j]``.
 
     The first layer must be a plain or pruned ``nn.Linear`` (a block-circulant layer's columns are tied);
     int8 codes it arrived with are dropped, since its weights change: the int8 op quantizes the folded weight.
@@ -61,14 +70,10 @@ def fold_input_scales(specs: list[LinearSpec], scales: np.ndarray) -> tuple[Affi
         )
     weight = first.weight * scales[None, :].astype(np.float32)
     folded = dataclasses.replace(first, weight=np.ascontiguousarray(weight, np.float32), int8=None)
-    width = scales.shape[0]
-    scaling = Affine(
-        INPUT_SCALING, 1.0 / scales, np.zeros(width), np.full(width, -np.inf), np.full(width, np.inf)
-    )
-    return scaling, [folded, *specs[1:]]
+    return [folded, *specs[1:]]
 
 
 def folded_specs(specs: list[LinearSpec], scaling: Affine) -> list[LinearSpec]:
     """Return ``specs`` with the first layer's columns multiplied as the ``scaling`` op of a compiled policy
     divides its inputs (the inverse of :func:`fold_input_scales`'s op)."""
-    return fold_input_scales(specs, 1.0 / scaling.arrays["scale"].astype(np.float64))[1]
+    return scaled_first_layer(specs, 1.0 / scaling.arrays["scale"].astype(np.float64))

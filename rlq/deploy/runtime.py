@@ -295,9 +295,9 @@ def compile_policy(
     ``"int8"`` or ``"int16"`` (default: ``precision``, ``"int8"`` under a low-bit ``precision``).
 
     ``calibration``: typical observations ``(n, obs_dim)`` of a quantized ``precision``; each feature is then
-    divided by the power of two at or just above its largest magnitude there, folded into the first layer's weights, so that
-    features of different ranges share the int8 input codes evenly (:mod:`rlq.deploy.input_scaling`; the first
-    layer must not be block-circulant).
+    divided by the power of two at or just above its largest magnitude there, folded into the first layer's
+    weights, so that features of different ranges share the int8 input codes evenly
+    (:mod:`rlq.deploy.input_scaling`; the first layer must not be block-circulant).
 
     ``use_kernels``: None uses the compiled kernels where built (see :data:`USE_KERNELS`); False forces the
     NumPy fallback. Where the kernels are wanted but not built (:func:`kernels_available` is False), the
