@@ -252,6 +252,41 @@ def test_the_real_design_status_lists_every_claim(capsys):
     assert "jobs published" in out and out.count("next: ") == 2
 
 
+@pytest.mark.parametrize(("goals", "gated"), [(0.5, False), (0.05, True)])
+def test_a_pilot_is_judged_on_its_score_for_every_claim_it_gates(tmp_path, goals, gated):
+    """Football's dense pilot scores goals; its compression, 0 for dense, must not count as its score."""
+    claims = read_design()
+    state = cp.CampaignState(claims, registered_jobs(claims), set())
+    compression = next(c for c in claims if c.id == "gst_football_compression")
+    folder = cp.published_dir(compression, tmp_path)
+    folder.mkdir(parents=True)
+    arm, seed = compression.pilot
+    pd.DataFrame([{"seed": seed, "method": arm, "avg_compression_ratio": 0.0, "eval_return": goals,
+                   "campaign_arm": arm, "campaign_seed": seed}]).to_csv(folder / "summary.csv", index=False)  # fmt: skip
+    outcomes = cp.claim_outcomes(state, tmp_path)
+    expected = "uninformative (floor)" if gated else "runs remaining"
+    assert outcomes["gst_football_compression"].outcome == expected
+    assert outcomes["gst_football_reward"].outcome == expected
+    football = [j for j in state.jobs if j.experiment == compression.experiment and not j.pilot]
+    assert len(football) == 16
+    assert all(cp.blocked_by_pilot(j, state, tmp_path) == gated for j in football)
+    if gated:
+        assert (
+            f"the dense pilot (seed {seed}) scored 0.05 < 0.2" in outcomes["gst_football_compression"].reason
+        )
+
+
+def test_a_pilot_whose_arm_no_claim_measures_is_refused(tmp_path):
+    lines = REAL_SPEC.read_text().splitlines()
+    design = tmp_path / SPEC_FILE
+    design.write_text("\n".join(line.replace("dense:900", "pruning:900") for line in lines) + "\n")
+    with pytest.raises(
+        ValueError,
+        match="no claim on gst_ppo_football/confirmatory_medium measures the pilot's arm 'pruning'",
+    ):
+        read_design(design)
+
+
 def test_job_commands_pass_each_override_as_json():
     job = registered_jobs(read_design())[0]
     command = cp.job_command(job, Path("/tmp/x"), address="ray://h:1")

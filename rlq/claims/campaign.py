@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from rlq.claims.campaign_jobs import Job, job_overrides, registered_jobs
-from rlq.claims.design import SPEC_FILE, RegisteredClaim, judge, judge_joint, read_design
+from rlq.claims.design import SPEC_FILE, RegisteredClaim, judge, judge_joint, pilot_gate, read_design
 from rlq.core.cpu import cpu_model
 from rlq.core.jsonio import read_json, write_json
 from rlq.core.progress import PROGRESS_FILE, ProgressReader
@@ -303,17 +303,23 @@ def expected_minutes(job: Job, results: Path | None = None, cpu: str | None = No
     return max(mine[False]) * (max(speed) if speed else 1.0)
 
 
-def pilot_value(claim: RegisteredClaim, results: Path | None = None) -> float | None:
-    """Return the published pilot's value of the claim's column (None before the pilot ran)."""
+def pilot_value(
+    claim: RegisteredClaim, claims: list[RegisteredClaim], results: Path | None = None
+) -> float | None:
+    """Return the published pilot's score, the value the claim's floor is checked against (None before it ran).
+
+    The score is the pilot arm's value of the column of :func:`~rlq.claims.design.pilot_gate`'s claim.
+    """
     if claim.pilot is None:
         return None
-    path = published_dir(claim, results) / claim.table
+    gate = pilot_gate(claim, claims)
+    path = published_dir(gate, results) / gate.table
     if not path.is_file():
         return None
     table = pd.read_csv(path)
     arm, seed = claim.pilot
     rows = table[(table["campaign_arm"] == arm) & (table["campaign_seed"] == seed)]
-    return float(rows[claim.column].mean()) if len(rows) else None
+    return float(rows[gate.column].mean()) if len(rows) else None
 
 
 def blocked_by_pilot(job: Job, state: CampaignState, results: Path | None = None) -> bool:
@@ -321,7 +327,7 @@ def blocked_by_pilot(job: Job, state: CampaignState, results: Path | None = None
     for claim in state.claims:
         if claim.pilot is None or job.pilot or (claim.experiment, claim.published_as) != job.key[:2]:
             continue
-        value = pilot_value(claim, results)
+        value = pilot_value(claim, state.claims, results)
         if value is None or (claim.floor is not None and value < claim.floor):
             return True
     return False
@@ -339,7 +345,7 @@ def claim_outcomes(state: CampaignState, results: Path | None = None) -> dict[st
             j for j in state.jobs if (j.experiment, j.published_as) == (claim.experiment, claim.published_as)
         ]
         complete = all(j.key in state.published for j in mine if j.arm in dict(claim.arms) and not j.pilot)
-        outcomes[claim.id] = judge(claim, table, complete, pilot_value(claim, results))
+        outcomes[claim.id] = judge(claim, table, complete, pilot_value(claim, state.claims, results))
     for claim in state.claims:
         if claim.statistic == "joint":
             outcomes[claim.id] = judge_joint(claim, [outcomes[p] for p in claim.parts])

@@ -184,7 +184,32 @@ def read_design(path: str | Path | None = None) -> list[RegisteredClaim]:
         unknown = [p for p in claim.parts if p not in by_id]
         if unknown:
             raise ValueError(f"{SPEC_FILE}: joint claim {claim.id!r} joins unknown claim(s) {unknown}")
+        if claim.pilot is not None:
+            pilot_gate(claim, claims)
     return claims
+
+
+def pilot_gate(claim: RegisteredClaim, claims: list[RegisteredClaim]) -> RegisteredClaim:
+    """Return the claim whose table and column give the score of ``claim``'s pilot, checked against the floor.
+
+    A pilot is a run of one arm (``dense:900``), so its score is that arm's value: of the claim's own column
+    where the arm is the claim's method or reference (football's score against dense), else of the column of
+    the claim beside it, on the same experiment, folder and pilot, that measures the arm (football's
+    compression claim, whose column is GST's compression and holds 0 for dense, is gated by the score claim).
+    Raises ValueError when no claim measures the pilot's arm.
+    """
+    arm = claim.pilot[0] if claim.pilot else ""
+    beside = [
+        c for c in claims
+        if (c.experiment, c.published_as, c.pilot) == (claim.experiment, claim.published_as, claim.pilot)
+    ]  # fmt: skip
+    for candidate in [claim, *beside]:
+        if arm and arm in (candidate.method, candidate.reference):
+            return candidate
+    raise ValueError(
+        f"{SPEC_FILE} ({claim.id!r}): no claim on {claim.experiment}/{claim.published_as} measures the "
+        f"pilot's arm {arm!r}, so nothing gives the pilot's score"
+    )
 
 
 def _matches(series: pd.Series, accepted: tuple[str, ...]) -> pd.Series:
@@ -285,7 +310,7 @@ def judge(
     if claim.registered_outcome:
         return Outcome(claim.registered_outcome, claim.design, 0)
     if claim.floor is not None and pilot is not None and pilot < claim.floor:
-        why = f"the pilot's {claim.reference or claim.method} scored {pilot:.3g} < {claim.floor:g}"
+        why = f"the {claim.pilot[0]} pilot (seed {claim.pilot[1]}) scored {pilot:.3g} < {claim.floor:g}"
         return Outcome(FLOOR, why, 0)
     values = per_seed_values(claim, table) if table is not None and len(table) else np.array([])
     early = _not_judged(claim, table, values, complete)
