@@ -391,4 +391,13 @@ def test_every_outcome_of_a_claim_has_its_verdict_cell():
     )
     assert _verdict(reward, "inconclusive", "") == f"**inconclusive** (registered power {reward.power():.2f})"
     assert _verdict(joint, "holds", "holds; holds") == "**holds**"
-    assert _verdict(joint, "does not hold", "holds; does not hold") == "**does not hold**"
+    assert (
+        _verdict(joint, "does not hold", "holds; does not hold")
+        == "**does not hold** (its parts: holds; does not hold)"
+    )
+    football = claims["gst_football_joint"]  # a by-design part and an undecided one: the cell names both
+    assert (
+        _verdict(football, "by design", "by design; inconclusive")
+        == "by design (its parts: by design; inconclusive)"
+    )
+    assert _verdict(football, "runs remaining", "runs remaining; runs remaining") == "runs remaining"

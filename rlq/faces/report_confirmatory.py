@@ -38,17 +38,17 @@ def _test(claim: RegisteredClaim) -> str:
 
 
 def _verdict(claim: RegisteredClaim, outcome: str, reason: str) -> str:
-    if outcome in ("holds", "does not hold"):
-        return f"**{outcome}**"
-    if outcome == "inconclusive" and claim.statistic == "joint":
-        return f"**inconclusive** (its parts: {reason})"
+    decided = outcome in ("holds", "does not hold", "inconclusive")
+    cell = f"**{outcome}**" if decided else outcome
+    if claim.statistic == "joint" and outcome not in ("holds", "runs remaining"):
+        return f"{cell} (its parts: {reason})"  # its outcome is one of its parts': all are named
     if outcome == "inconclusive":
-        return f"**inconclusive** (registered power {claim.power():.2f})"
+        return f"{cell} (registered power {claim.power():.2f})"
     if outcome == "underpowered at our budget" and claim.design_sd is not None:
         return f"{outcome} (power {cs.power(20, claim.design_sd, claim.design_distance):.2f} at 20 seeds)"
     if outcome == "not testable here":
         return f"{outcome} ({reason.split(':')[0]})"
-    return outcome
+    return cell
 
 
 def registration(root: Path) -> str:
