@@ -16,11 +16,13 @@ the errors seen are 10^2 to 10^5 times smaller than it (int8, B = 16).
 
 :func:`export_policy` (the ``rlq export`` command) writes the same layers out of Python: a C99 file pair
 with the same stored forms and arithmetic (:func:`write_c`; :func:`load_c_policy` builds and calls it
-here), or an ONNX model for stock ONNX Runtime. See docs/deploy.md.
+here), or an ONNX model for stock ONNX Runtime; :func:`check_export` runs what it wrote on given observations
+against the policy. See docs/deploy.md.
 """
 
 from rlq.deploy.bounds import FP32_RTOL, SAME_CODES_RTOL, error_bound, parity
 from rlq.deploy.c_build import load_c_policy
+from rlq.deploy.check import ExportCheck, check_export
 from rlq.deploy.export import export_policy
 from rlq.deploy.export_c import write_c
 from rlq.deploy.runtime import CompiledPolicy, compile_policy, kernels_available
@@ -36,5 +38,7 @@ __all__ = [
     "export_policy",
     "write_c",
     "load_c_policy",
+    "check_export",
+    "ExportCheck",
 ]
 """What a user calls; the stored forms live in :mod:`rlq.deploy.formats` and :mod:`rlq.deploy.frequency`."""

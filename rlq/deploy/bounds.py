@@ -38,20 +38,24 @@ forward of the same codes) may differ, relative to the action bound: the same pr
 order. One changed weight code moves an action by a step of that row's scale times its input, far more."""
 
 
-def parity(actions: np.ndarray, reference: np.ndarray, tolerance: float) -> dict[str, float | bool]:
+def parity(
+    actions: np.ndarray, reference: np.ndarray, tolerance: float | np.ndarray
+) -> dict[str, float | bool]:
     """Compare ``actions`` with ``reference`` row by row (one row per state) against ``tolerance``.
 
+    ``tolerance``: one number, or one per action entry (``error_bound``'s bound; reported as its largest).
     Returns the largest absolute difference, the share of states whose every action entry is within
-    ``tolerance``, and ``within``: whether all are. A NaN action is never within.
+    ``tolerance``, and ``within``: whether all are. A NaN action is never within. No rows: nothing differs.
     """
     reference = np.asarray(reference, np.float64)
     rows = reference.shape[0]
     diff = np.abs(np.asarray(actions, np.float64).reshape(rows, -1) - reference.reshape(rows, -1))
-    close = np.all(diff <= tolerance, axis=1)
+    bound = np.asarray(tolerance, np.float64)
+    close = np.all(diff <= (bound.reshape(rows, -1) if bound.ndim else bound), axis=1)
     return {
-        "max |difference|": float(diff.max()),
-        "tolerance": float(tolerance),
-        "states within": float(close.mean()),
+        "max |difference|": float(diff.max()) if diff.size else 0.0,
+        "tolerance": float(bound.max()),
+        "states within": float(close.mean()) if rows else 1.0,
         "within": bool(close.all()),
     }
 

@@ -147,7 +147,7 @@ def output_for_action_space(network: nn.Sequential, action_space: Any) -> Output
     return OutputSpec("continuous", *arrays)
 
 
-def _takes_action_space(policy: Any, action_space: Any) -> bool:
+def takes_action_space(policy: Any, action_space: Any) -> bool:
     """Return whether ``policy`` is an ``nn.Module`` actor given its ``action_space``; raise for a mismatch.
 
     An SB3 model (or policy) brings its own action space, so ``action_space`` must be None; an actor without
@@ -167,7 +167,7 @@ def _takes_action_space(policy: Any, action_space: Any) -> bool:
     return True
 
 
-def _compiled_with_actions(
+def compiled_with_actions(
     actor: nn.Sequential, action_space: Any, precision: str, calibration: np.ndarray | None = None
 ) -> CompiledPolicy:
     """Return ``actor`` compiled at ``precision`` (its inputs scaled on ``calibration``, observations as the
@@ -230,9 +230,9 @@ def export_policy(
     if out.exists():
         raise FileExistsError(f"{out} exists; export into a new folder")
     policy = load_policy_source(source)
-    module_actor = _takes_action_space(policy, action_space)
+    module_actor = takes_action_space(policy, action_space)
     if format == "c" and module_actor:
-        actor = _compiled_with_actions(
+        actor = compiled_with_actions(
             policy, action_space, precision, network_inputs(calibration, vec_normalize)
         )
         return write_c(actor, out, name=name, precision=precision, vec_normalize=vec_normalize)

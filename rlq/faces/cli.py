@@ -12,6 +12,7 @@ from typing import Any
 from rlq.experiments.paths import default_runs_dir
 from rlq.experiments.registry import Experiment, ExperimentError, get_experiment, list_experiments
 from rlq.faces.cli_campaign import add_campaign_parser
+from rlq.faces.cli_export import add_export_parser
 from rlq.faces.cli_sweep import add_sweep_parser
 
 EXIT_BAD_INPUT = 2
@@ -285,73 +286,6 @@ def _add_run(sub: Any) -> None:
     p.set_defaults(func=_cmd_run)
 
 
-def _calibration_file(path: Path | None) -> Any:
-    """Return the observations saved at ``path`` (a NumPy ``.npy`` array), or None without a path."""
-    if path is None:
-        return None
-    import numpy as np
-
-    if not path.is_file():
-        raise FileNotFoundError(f"no calibration file at {path}")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise ValueError(f"--calibration {path}: not a NumPy .npy array ({e})") from e
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from rlq.deploy.export import export_policy
-
-    calibration = _calibration_file(args.calibration)
-    try:
-        result = export_policy(
-            args.source,
-            args.out,
-            args.format,
-            precision=args.precision,
-            name=args.name,
-            calibration=calibration,
-        )
-    except TypeError as e:  # an unsupported layer or space
-        raise ValueError(str(e)) from e
-    except (FileExistsError, FileNotFoundError):
-        raise
-    except OSError as e:  # a full disk, an over-long or unwritable path: the export left nothing behind
-        where = f" ({e.filename})" if e.filename and str(e.filename) != str(args.out) else ""
-        raise ValueError(f"export to {args.out} failed: {e.strerror or e}{where}; nothing was written") from e
-    if args.format == "c":
-        print(
-            f"{result.source} and {result.header.name}: {result.obs_dim} -> {result.action_dim}, "
-            f"{result.weight_bytes} bytes of weights, {result.stack_bytes} bytes of stack"
-        )
-    else:
-        print(f"{result}: {result.stat().st_size} bytes")
-    return 0
-
-
-def _add_export(sub: Any) -> None:
-    p = sub.add_parser(
-        "export", help="write a trained policy as a dependency-free C file pair or an ONNX model"
-    )
-    p.add_argument("source", type=Path, help="an SB3 model .zip, or a run folder with a trained agent")
-    p.add_argument("--format", choices=("c", "onnx"), default="c")
-    p.add_argument("--out", type=Path, required=True, help="a new folder for the files")
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "int8", "int4", "int2"),
-        default="fp32",
-        help="how dense layers are stored (int4, int2: codes packed into bit streams; C only)",
-    )
-    p.add_argument("--name", default="policy", help="the files' and C function's prefix (a C identifier)")
-    p.add_argument(
-        "--calibration",
-        type=Path,
-        help="typical observations, a .npy array (n, obs_dim): at int8 and below the C function scales each "
-        "input feature by them; ONNX int8 takes its static ranges from them",
-    )
-    p.set_defaults(func=_cmd_export)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``rlq`` command."""
     parser = argparse.ArgumentParser(prog="rlq", description=__doc__)
@@ -385,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_publish(sub)
 
-    _add_export(sub)
+    add_export_parser(sub)
 
     _add_migrate_jobs(sub)
 
