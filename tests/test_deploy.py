@@ -90,6 +90,28 @@ def test_outputs_are_within_the_documented_bound(precision, circulant, block_siz
         assert 0 < np.abs(y - ref).max() < 0.05 * np.abs(ref).max()  # quantized, and not broken
 
 
+def test_the_bound_after_relu_and_tanh_is_the_step_to_the_ends_of_the_input_interval(use_kernels):
+    """A saturated tanh and a ReLU unit held off pass almost none of their input's bound on."""
+    from rlq.deploy.bounds import _activated
+
+    y, b = np.array([[50.0, 0.0, -10.0, 0.3]]), np.array([[5.0, 0.5, 3.0, 0.2]])
+    out, bound = _activated(y, b, "tanh")
+    ends = np.abs(np.tanh(np.stack([y - b, y + b])) - np.tanh(y)).max(axis=0)  # tanh is monotone: its ends
+    np.testing.assert_allclose(bound, ends + FP32_RTOL * np.abs(np.tanh(y)))  # and tanhf's rounding
+    assert bound[0, 0] == pytest.approx(FP32_RTOL) and bound[0, 1] == pytest.approx(np.tanh(0.5))
+    _, relu = _activated(y, b, "relu")
+    np.testing.assert_allclose(relu, [[5.0, 0.5, 0.0, 0.2]])  # -10 +- 3 stays off; 0 +- 0.5 moves up by 0.5
+    # end to end: a last layer driven deep into tanh's saturation keeps the actions' bound near 0
+    model = mlp((17, 32, 6))
+    with torch.no_grad():
+        model[-2].bias.fill_(40.0)
+    compiled = compile_policy(model, "int8", use_kernels=use_kernels)
+    x = inputs()
+    _, bounded = error_bound(model, compiled, x)
+    assert np.all(np.abs(compiled(x) - torch_forward(model, x)) <= bounded)
+    assert bounded.max() < 2e-5  # tanhf's rounding of 1.0 (0.21 when the bound passed through tanh whole)
+
+
 def dense_int8_reference(layer: nn.Linear, x: np.ndarray) -> np.ndarray:
     """The documented int8 arithmetic in PyTorch: weights per output row, input rows asymmetric uint8."""
     w = layer.weight.detach()

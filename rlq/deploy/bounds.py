@@ -12,11 +12,13 @@ codes (:meth:`rlq.deploy.formats.PackedOp.rounding_bound`; 0 for float inputs): 
 (its range, widened by ``delta_in``, over 255; one step, not half, covers a saturated top code) it is
 ``s |W_hat| 1`` for the dense and block-sparse int8 kernels, and ``s`` times the absolute sums of the stored
 DFTs carried through the absolute inverse tables for the int8 frequency-domain kernel, which rounds its
-input's DFTs. ReLU and tanh are 1-Lipschitz and keep
-``delta``; the action scaling multiplies it by ``|scale|``. The first two terms are the quantization
-error, exact bounds; the last is an allowance for float32 rounding (ours and PyTorch's), which a sum of
-``n`` terms keeps below ``n`` times float32's epsilon (about 6e-8) of the magnitudes and in practice far
-lower: tests check it holds for every layer kind on random and trained weights.
+input's DFTs. ReLU and tanh are nondecreasing: an input within ``delta`` of ``y`` gives an output between
+their values at ``y - delta`` and ``y + delta``, so ``delta`` becomes the larger step from ``f(y)`` to
+either (at most ``delta``; near 0 where tanh saturates or a ReLU unit stays off), plus the float32
+allowance of tanh's output; the action scaling multiplies it by ``|scale|``. The first two terms are the
+quantization error, exact bounds; the last is an allowance for float32 rounding (ours and PyTorch's), which
+a sum of ``n`` terms keeps below ``n`` times float32's epsilon (about 6e-8) of the magnitudes and in
+practice far lower: tests check it holds for every layer kind on random and trained weights.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rlq.deploy.formats import ACTION_SCALING, PackedOp
+from rlq.deploy.formats import ACTION_SCALING, PackedOp, activate
 from rlq.deploy.input_scaling import INPUT_SCALING, folded_specs
 from rlq.deploy.reader import LinearSpec, read_policy
 
@@ -60,12 +62,21 @@ def parity(
     }
 
 
-def _activate(y: np.ndarray, activation: str) -> np.ndarray:
-    if activation == "relu":
-        return np.maximum(y, 0.0)
-    if activation == "tanh":
-        return np.tanh(y)
-    return y
+def _activated(y: np.ndarray, bound: np.ndarray, activation: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return the exact ``activation(y)`` and the bound on a computed one whose input was within ``bound`` of ``y``.
+
+    ReLU and tanh are nondecreasing, so an input in ``[y - bound, y + bound]`` gives an output between their
+    values at the two ends: the bound after them is the larger step from ``activation(y)`` to either end. It
+    is at most ``bound`` (both are 1-Lipschitz), and far less where tanh saturates or ReLU stays off; after
+    tanh, the float32 allowance of its output is added (tanhf rounds).
+    """
+    out = activate(y, activation)
+    if activation == "none":
+        return out, bound
+    step = np.maximum(activate(y + bound, activation) - out, out - activate(y - bound, activation))
+    # ReLU is exact in float32; tanhf rounds its output (a few float32 epsilons of it), which the 1-Lipschitz
+    # bound used to cover and this far smaller step need not: the float32 allowance of its output is added
+    return out, step + FP32_RTOL * np.abs(out) if activation == "tanh" else step
 
 
 def _linear_step(
@@ -82,7 +93,7 @@ def _linear_step(
         + op.rounding_bound(x, delta)
         + FP32_RTOL * ((np.abs(x) + delta) @ magnitude.T + np.abs(bias))
     )
-    return _activate(x @ weight.T + bias, spec.activation), bound
+    return _activated(x @ weight.T + bias, bound, spec.activation)
 
 
 def error_bound(module: Any, compiled: Any, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +120,7 @@ def error_bound(module: Any, compiled: Any, obs: np.ndarray) -> tuple[np.ndarray
     delta = np.zeros_like(x)
     for spec, op in zip(specs, ops, strict=False):
         if spec.kind == "activation":
-            x = _activate(x, spec.activation)
+            x, delta = _activated(x, delta, spec.activation)
             continue
         x, delta = _linear_step(spec, op, x, delta)
     for op in ops[len(specs) :]:  # the action scaling
