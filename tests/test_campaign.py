@@ -249,7 +249,9 @@ def test_the_real_design_status_lists_every_claim(capsys):
     out = capsys.readouterr().out
     for claim in read_design():
         assert claim.id in out
-    assert "jobs published" in out and out.count("next: ") == 2
+    left, stopped = cp.jobs_left(cp.campaign_state())
+    assert "jobs published" in out and out.count("next: ") == min(2, len(left))
+    assert (f"{len(stopped)} stopped by their claims' floor rule" in out) == bool(stopped)
 
 
 @pytest.mark.parametrize(("goals", "gated"), [(0.5, False), (0.05, True)])
@@ -270,6 +272,9 @@ def test_a_pilot_is_judged_on_its_score_for_every_claim_it_gates(tmp_path, goals
     football = [j for j in state.jobs if j.experiment == compression.experiment and not j.pilot]
     assert len(football) == 16
     assert all(cp.blocked_by_pilot(j, state, tmp_path) == gated for j in football)
+    left, stopped = cp.jobs_left(state, tmp_path)  # a floor stops the jobs for good: none is left to run
+    assert stopped == (football if gated else []) and not set(map(id, stopped)) & set(map(id, left))
+    assert len(left) + len(stopped) == len(state.jobs)
     if gated:
         assert (
             f"the dense pilot (seed {seed}) scored 0.05 < 0.2" in outcomes["gst_football_compression"].reason

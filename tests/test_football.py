@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rlq.rl.envs import make_env, make_vec_env
-from rlq.rl.football import FootballEnv, football_available
+from rlq.rl.football import FootballEnv, football_available, game_seed
 
 if not football_available():
     if os.environ.get("RLQ_REQUIRE_FOOTBALL") == "1":
@@ -21,6 +21,7 @@ if not football_available():
     pytest.skip("Google Research Football is not installed (make football)", allow_module_level=True)
 
 SCENARIO = "gfootball/academy_empty_goal_close"
+OPPONENTS = "gfootball/academy_3_vs_1_with_keeper"
 
 
 def rollout(env, seed: int, actions: list[int]) -> tuple[np.ndarray, list[float]]:
@@ -69,6 +70,46 @@ def test_same_seed_same_game_and_the_seed_reaches_the_engine():
     assert np.array_equal(obs_a, obs_c) and rew_a == rew_c
     assert engine_seed == 7  # what the game engine was given at the last reset
     assert obs_other.shape != obs_a.shape or not np.array_equal(obs_other, obs_a)
+
+
+def play(env, actions: list[int]) -> np.ndarray:
+    """Return the observations of playing ``actions`` from the current game's start until it ends."""
+    observations = []
+    for action in actions:
+        obs, _, terminated, truncated, _ = env.step(action)
+        observations.append(obs)
+        if terminated or truncated:
+            break
+    return np.stack(observations)
+
+
+def test_every_game_after_a_seeded_reset_gets_its_own_engine_seed():
+    """A seeded env must not replay one game: the same actions meet a new game each episode, reproducibly."""
+    actions = [int(a) for a in np.random.default_rng(1).integers(0, 19, size=200)]
+    games, seeds = [], []
+    for _ in range(2):
+        env = make_env(
+            OPPONENTS
+        )  # without opponents the engine's randomness leaves fixed actions' games alike
+        try:
+            env.reset(seed=7)
+            played = [play(env, actions)]
+            engine = [env.engine_seed()]
+            for _ in range(2):
+                env.reset()  # what a vector env does when a game ends
+                played.append(play(env, actions))
+                engine.append(env.engine_seed())
+        finally:
+            env.close()
+        games.append(played)
+        seeds.append(engine)
+    first, second = games
+    assert seeds[0] == seeds[1] == [game_seed(7, k) for k in range(3)] and len(set(seeds[0])) == 3
+    assert seeds[0][0] == 7  # the first game keeps the seed it was given
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))  # the same games, in order
+    for k in (1, 2):  # later games are other games than the first
+        assert first[k].shape != first[0].shape or not np.array_equal(first[k], first[0])
+    assert game_seed(7, 1) != game_seed(8, 1) and 0 <= game_seed(2**40, 3) < 2**32
 
 
 class _StubCore:

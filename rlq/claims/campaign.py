@@ -322,15 +322,29 @@ def pilot_value(
     return float(rows[gate.column].mean()) if len(rows) else None
 
 
-def blocked_by_pilot(job: Job, state: CampaignState, results: Path | None = None) -> bool:
-    """Return True when ``job`` waits for its claim's pilot, or the pilot fell below the floor."""
+def pilot_hold(job: Job, state: CampaignState, results: Path | None = None) -> str | None:
+    """Return why ``job`` may not start: ``"waiting"`` for its claim's pilot, ``"below the floor"`` when the
+    pilot scored below it (the registered rule stops the claim's jobs for good), else None."""
     for claim in state.claims:
         if claim.pilot is None or job.pilot or (claim.experiment, claim.published_as) != job.key[:2]:
             continue
         value = pilot_value(claim, state.claims, results)
-        if value is None or (claim.floor is not None and value < claim.floor):
-            return True
-    return False
+        if value is None:
+            return "waiting"
+        if claim.floor is not None and value < claim.floor:
+            return "below the floor"
+    return None
+
+
+def blocked_by_pilot(job: Job, state: CampaignState, results: Path | None = None) -> bool:
+    """Return True when ``job`` waits for its claim's pilot, or the pilot fell below the floor."""
+    return pilot_hold(job, state, results) is not None
+
+
+def jobs_left(state: CampaignState, results: Path | None = None) -> tuple[list[Job], list[Job]]:
+    """Return the unpublished jobs still to run and those the floor rule stopped, each in priority order."""
+    stopped = [j for j in state.remaining() if pilot_hold(j, state, results) == "below the floor"]
+    return [j for j in state.remaining() if j not in stopped], stopped
 
 
 def claim_outcomes(state: CampaignState, results: Path | None = None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         claim_outcomes,
         expected_minutes,
         job_progress,
+        jobs_left,
         running_elsewhere,
     )
     from rlq.experiments.paths import repo_root
@@ -23,11 +24,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
         outcome = outcomes[claim.id]
         done = f"{outcome.n} of {claim.seeds}" if claim.runs else "-"
         print(f"{claim.id:32s} {done:>9s}  {outcome.outcome}: {outcome.reason}")
-    remaining = state.remaining()
+    remaining, stopped = jobs_left(state)
     hours = sum(expected_minutes(job) for job in remaining) / 60.0
-    print(
-        f"{len(state.jobs) - len(remaining)} of {len(state.jobs)} jobs published; {hours:.1f} core-hours left"
-    )
+    published = len(state.jobs) - len(remaining) - len(stopped)
+    halted = f", {len(stopped)} stopped by their claims' floor rule" if stopped else ""
+    print(f"{published} of {len(state.jobs)} jobs published{halted}; {hours:.1f} core-hours left")
     running = [job for job in remaining if running_elsewhere(root, job)]
     for job in running:
         print(

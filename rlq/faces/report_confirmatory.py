@@ -15,6 +15,7 @@ from rlq.claims.campaign import (
     campaign_state,
     claim_outcomes,
     expected_minutes,
+    jobs_left,
     registered_commit,
     results_root,
 )
@@ -68,12 +69,14 @@ def confirmatory_markdown(root: Path | None = None) -> str:
     root = root or repo_root()
     state = campaign_state(root)
     outcomes = claim_outcomes(state, results_root(root))
-    remaining = state.remaining()
+    remaining, stopped = jobs_left(state, results_root(root))
     # on any CPU: the README's block reads the same whichever machine regenerates it
     hours = sum(expected_minutes(job, results_root(root), cpu=ANY_CPU) for job in remaining) / 60.0
+    published = len(state.jobs) - len(remaining) - len(stopped)
+    halted = f", {len(stopped)} stopped by their claims' floor rule" if stopped else ""
     lines = [
-        f"**Registered {registration(root)}: {len(state.jobs) - len(remaining)} of {len(state.jobs)} jobs "
-        f"published, {hours:.1f} core-hours left**",
+        f"**Registered {registration(root)}: {published} of {len(state.jobs)} jobs published{halted}, "
+        f"{hours:.1f} core-hours left**",
         "",
         HEADER,
         "|---|---|---|---|---|---|",

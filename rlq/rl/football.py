@@ -11,8 +11,11 @@ What this module adds to gfootball's own ``create_environment``:
 
 - **Gymnasium API** through shimmy's ``GymV21CompatibilityV0`` (gfootball subclasses the old ``gym.Env``).
 - **Seeding that reaches the game engine.** gfootball ignores ``env.seed()``; its engine draws from the
-  config value ``game_engine_random_seed``. ``reset(seed=s)`` sets that value and restarts the episode
-  count, so two envs reset with the same seed and fed the same actions play the same game.
+  config value ``game_engine_random_seed``, which an unseeded gfootball env draws anew (unreproducibly) for
+  every game. ``reset(seed=s)`` gives the engine ``s`` for that game and restarts the game count; each
+  later ``reset()`` gives the next game its own seed, drawn from ``(s, game number)``
+  (:func:`game_seed`). So a seeded env plays a different game every episode, as gfootball's own does, and
+  two envs reset with the same seed and fed the same actions play the same games in the same order.
 - **Time limits as truncation.** gfootball ends an episode that runs out of time with ``done=True``; here
   that comes back as ``truncated=True, terminated=False`` (the raw observation's ``steps_left`` is 0), so
   PPO bootstraps the value there instead of treating the time-out as a terminal state.
@@ -74,23 +77,36 @@ def check_scenario(scenario: str) -> None:
         raise ValueError(f"unknown football scenario {scenario!r}.{hint} Known: {', '.join(known)}")
 
 
+def game_seed(seed: int, game: int) -> int:
+    """Return the engine seed of game ``game`` (0 first) after ``reset(seed=seed)``: ``seed`` itself for the
+    first game (as a 32-bit value), then a 32-bit draw from NumPy's ``SeedSequence([seed, game])``."""
+    if game == 0:
+        return seed & 0xFFFFFFFF
+    return int(np.random.SeedSequence([seed, game]).generate_state(1)[0])
+
+
 class FootballEnv(gym.Wrapper):
     """gfootball through shimmy, with engine seeding and time-outs reported as truncation."""
 
     def __init__(self, env: gym.Env, core: Any):
         super().__init__(env)
         self._core = core  # gfootball's FootballEnvCore: its config and raw observation
+        self._seed: int | None = None  # the last reset's seed; None: gfootball draws every game's seed
+        self._game = 0  # games started since that reset
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        config = self._core._config
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
                 raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-            config = self._core._config
-            config["game_engine_random_seed"] = int(seed) & 0xFFFFFFFF
+            self._seed, self._game = int(seed), 0
             # gfootball fixes the team processing order from the seed's parity once, at the first episode
-            config["reverse_team_processing"] = bool(int(seed) % 2)
+            config["reverse_team_processing"] = bool(self._seed % 2)
             config["episode_number"] = 0
-            self.env.action_space.seed(int(seed))
+            self.env.action_space.seed(self._seed)
+        if self._seed is not None:
+            config["game_engine_random_seed"] = game_seed(self._seed, self._game)
+            self._game += 1
         obs, info = self.env.reset(options=options)
         return obs, info
 
