@@ -131,6 +131,43 @@ def test_each_job_trains_under_the_registered_commit_in_its_own_worktree(checkou
     assert outcomes["fast"].outcome == "holds"  # 80-82 against 60, 5 seeds
 
 
+def register_again(root: Path, old: str, new: str) -> str:
+    """Change the 'slow' claim's row (``old`` to ``new``), commit it and return the commit."""
+    spec = root / "data" / SPEC_FILE
+    lines = spec.read_text().splitlines()
+    lines[2] = lines[2].replace(old, new)
+    spec.write_text("\n".join(lines) + "\n")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "register slow again")
+    return git(root, "rev-parse", "HEAD")
+
+
+def test_a_claim_registered_again_trains_its_jobs_under_its_own_commit(checkout):
+    from rlq.faces.report_confirmatory import registration
+
+    root = checkout()
+    first = git(root, "rev-parse", "HEAD")
+    second = register_again(root, "confirmatory_long", "confirmatory_long_2")  # a new version of one claim
+    assert cp.claim_commits(root) == {"fast": first, "slow": second}  # the other keeps its registration
+    count, _ = campaign(root, hours=0.05)
+    results = root / "data" / "results" / "gst_td3_mujoco"
+    fast = read_json(results / "confirmatory_long" / "results.json")
+    slow = read_json(results / "confirmatory_long_2" / "results.json")
+    assert count == 10 and len(fast["jobs"]) == len(slow["jobs"]) == 5
+    assert {j["commit"] for j in fast["jobs"]} == {first} and {j["commit"] for j in slow["jobs"]} == {second}
+    for commit in (first, second):
+        assert git(root / "runs" / "campaign" / f"code-{commit[:12]}", "rev-parse", "HEAD") == commit
+    said = registration(root)
+    assert f"`{first[:7]}`" in said and f"gst_td3_mujoco/confirmatory_long_2: `{second[:7]}`" in said
+
+
+def test_claims_sharing_jobs_registered_by_two_commits_are_refused(checkout):
+    root = checkout()
+    register_again(root, ",60,", ",61,")  # the 'slow' claim's threshold: its jobs share a folder with 'fast'
+    with pytest.raises(cp.CampaignError, match="were registered by 2 commits"):
+        campaign(root, hours=0.05)
+    assert not (root / "runs" / "campaign" / "gst_td3_mujoco").exists()
+
+
 def test_a_jobs_kernel_imports_the_registered_rlq_not_the_editable_install(tmp_path):
     tree = tmp_path / "code-registered"
     (tree / "rlq").mkdir(parents=True)
@@ -284,10 +321,10 @@ def test_a_pilot_is_judged_on_its_score_for_every_claim_it_gates(tmp_path, goals
 def test_a_pilot_whose_arm_no_claim_measures_is_refused(tmp_path):
     lines = REAL_SPEC.read_text().splitlines()
     design = tmp_path / SPEC_FILE
-    design.write_text("\n".join(line.replace("dense:900", "pruning:900") for line in lines) + "\n")
+    design.write_text("\n".join(line.replace("dense:901", "pruning:901") for line in lines) + "\n")
     with pytest.raises(
         ValueError,
-        match="no claim on gst_ppo_football/confirmatory_medium measures the pilot's arm 'pruning'",
+        match="no claim on gst_ppo_football/confirmatory_medium_2 measures the pilot's arm 'pruning'",
     ):
         read_design(design)
 

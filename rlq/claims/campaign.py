@@ -1,8 +1,9 @@
 """``rlq campaign``: run the registered confirmatory design job by job, and publish each job as it finishes.
 
-The design (:mod:`rlq.claims.design`) is registered by the commit that last changed
-``data/claims_confirmatory.csv``; every job trains under that commit, in a git worktree of it
-(``runs/campaign/code-<commit>``), through ``rlq run`` with the registered preset and the job's own arm and
+Each claim of the design (:mod:`rlq.claims.design`) is registered by the commit that last changed its row
+of ``data/claims_confirmatory.csv`` (:func:`claim_commits`: a later commit that registers a new version of
+some claims leaves the others' registration as it was); every job trains under its claims' commit, in a git
+worktree of it (``runs/campaign/code-<commit>``), through ``rlq run`` with the registered preset and the job's own arm and
 seed (:func:`rlq.claims.campaign_jobs.job_overrides`). A job's folder is
 ``runs/campaign/<experiment>/<published_as>/<arm>-<seed>/``: ``job.json`` (the job and its commit) and the
 run folder ``rlq run`` makes inside it.
@@ -20,6 +21,8 @@ registered ``job_minutes``) ends before the deadline; a job whose folder holds a
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import os
@@ -80,6 +83,56 @@ def registered_commit(root: Path | None = None) -> str:
     if _git(root, "status", "--porcelain", "--", spec):
         raise CampaignError(f"{spec} has uncommitted changes: commit them (a new registration) or undo them")
     return commit
+
+
+def _rows_at(root: Path, commit: str) -> dict[str, tuple[str, ...]]:
+    """Return the design's rows at ``commit``, by claim id, each as its cells."""
+    text = _git(root, "show", f"{commit}:data/{SPEC_FILE}")
+    rows = csv.reader(io.StringIO(text))
+    next(rows, None)
+    return {row[0]: tuple(row) for row in rows if row}
+
+
+def claim_commits(root: Path | None = None) -> dict[str, str]:
+    """Return, for each claim of the design, the commit that registered it: the last that changed its row.
+
+    A claim's row left as it was keeps the commit that registered it when a later commit registers other
+    rows (a new version of one claim, its runs all to come); its jobs train under its own commit.
+    """
+    root = root or repo_root()
+    newest = registered_commit(root)
+    history = _git(root, "log", "--format=%H", "--", f"data/{SPEC_FILE}").split()
+    current = _rows_at(root, newest)
+    commits = dict.fromkeys(current, newest)
+    unchanged = set(current)
+    for commit in history[1:]:
+        rows = _rows_at(root, commit)
+        unchanged = {i for i in unchanged if rows.get(i) == current[i]}
+        for claim_id in unchanged:
+            commits[claim_id] = commit
+        if not unchanged:
+            break
+    return commits
+
+
+def job_commits(state: CampaignState, commits: dict[str, str]) -> dict[tuple[str, str, str, int], str]:
+    """Return the commit each job trains under: its claims' (the claims published where it is published).
+
+    Raises CampaignError when those claims were registered by different commits (their shared jobs could
+    not train under both).
+    """
+    out: dict[tuple[str, str, str, int], str] = {}
+    for job in state.jobs:
+        mine = {
+            commits[c.id] for c in state.claims if c.runs and (c.experiment, c.published_as) == job.key[:2]
+        }
+        if len(mine) != 1:
+            raise CampaignError(
+                f"the claims published in {job.experiment}/{job.published_as} were registered by "
+                f"{len(mine)} commits ({', '.join(sorted(c[:12] for c in mine))}): register them together"
+            )
+        out[job.key] = mine.pop()
+    return out
 
 
 def ensure_worktree(root: Path, commit: str) -> Path:
@@ -192,10 +245,10 @@ def _appended(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 
 def _merged_tables(target: Path, run: Path, job: Job) -> dict[str, pd.DataFrame]:
     tables = {}
-    for csv in sorted(run.glob("*.csv")):
-        new = pd.read_csv(csv).assign(campaign_arm=job.arm, campaign_seed=job.seed)
-        old = target / csv.name
-        tables[csv.name] = _appended(pd.read_csv(old), new) if old.is_file() else new
+    for path in sorted(run.glob("*.csv")):
+        new = pd.read_csv(path).assign(campaign_arm=job.arm, campaign_seed=job.seed)
+        old = target / path.name
+        tables[path.name] = _appended(pd.read_csv(old), new) if old.is_file() else new
     return tables
 
 
@@ -368,7 +421,7 @@ def claim_outcomes(state: CampaignState, results: Path | None = None) -> dict[st
     return outcomes
 
 
-def _publish_finished(root: Path, commit: str, state: CampaignState, running: dict) -> list[str]:
+def _publish_finished(root: Path, commits: dict, state: CampaignState, running: dict) -> list[str]:
     lines = []
     for job in state.remaining():
         folder = job_dir(root, job)
@@ -378,7 +431,7 @@ def _publish_finished(root: Path, commit: str, state: CampaignState, running: di
         if run is None or run_state(run, read_json(run / RESULTS_FILE)) != "ok":
             continue
         try:
-            publish_job(folder, commit, results_root(root))
+            publish_job(folder, commits[job.key], results_root(root))
         except CampaignError as err:
             lines.append(f"not published: {err}")
             continue
@@ -392,8 +445,8 @@ class _Batch:
     """One ``run_campaign`` call: where it runs, its deadline, and the jobs it started or saw fail."""
 
     root: Path
-    commit: str
-    tree: Path
+    commits: dict
+    """The commit each job trains under (:func:`job_commits`)."""
     deadline: float
     workers: int
     address: str
@@ -424,7 +477,9 @@ class _Batch:
             minutes = expected_minutes(job, results)
             if blocked_by_pilot(job, state, results) or time.time() + minutes * 60.0 > self.deadline:
                 continue
-            self.running[job.key] = (job, launch(job, self.root, self.tree, self.commit, self.address))
+            commit = self.commits[job.key]
+            tree = ensure_worktree(self.root, commit)
+            self.running[job.key] = (job, launch(job, self.root, tree, commit, self.address))
             self.say(f"started {job.experiment}/{job.published_as} {job.name} (about {minutes:.0f} min)")
 
 
@@ -443,16 +498,14 @@ def run_campaign(
     cluster's ``address`` every remaining job starts at once, each as a Ray task of its notebook.
     """
     root = root or repo_root()
-    commit = registered_commit(root)
     state = campaign_state(root)
+    commits = job_commits(state, claim_commits(root))
     workers = max(1, len(state.remaining())) if address else workers
-    batch = _Batch(
-        root, commit, ensure_worktree(root, commit), time.time() + hours * 3600.0, workers, address, say
-    )
+    batch = _Batch(root, commits, time.time() + hours * 3600.0, workers, address, say)
     published = 0
     while True:
         batch.reap()
-        lines = _publish_finished(root, commit, state, batch.running)
+        lines = _publish_finished(root, commits, state, batch.running)
         published += sum(line.startswith("published") for line in lines)
         for line in lines:
             say(line)

@@ -13,13 +13,13 @@ from rlq.claims import confirmatory_statistics as cs
 from rlq.claims.campaign import (
     ANY_CPU,
     campaign_state,
+    claim_commits,
     claim_outcomes,
     expected_minutes,
     jobs_left,
-    registered_commit,
     results_root,
 )
-from rlq.claims.design import RegisteredClaim
+from rlq.claims.design import SPEC_FILE, RegisteredClaim
 from rlq.experiments.paths import repo_root
 
 HEADER = "| Claim | Paper | Registered test | Seeds done | Ours [one-sided 95% bounds] | Verdict |"
@@ -53,15 +53,34 @@ def _verdict(claim: RegisteredClaim, outcome: str, reason: str) -> str:
 
 
 def registration(root: Path) -> str:
-    """Return ``<short commit> on <date>``: the commit that registered the design and its date."""
-    commit = registered_commit(root)
-    date = subprocess.run(
-        ["git", "-C", str(root), "show", "-s", "--format=%cs", commit],
+    """Return ``<short commit> on <date>`` of the design's first registration, then, for each later
+    registration of some of its claims, the folder their jobs publish into with its commit and date."""
+    commits = claim_commits(root)
+    claims = {c.id: c for c in campaign_state(root).claims}
+
+    def show(commit: str, fmt: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), "show", "-s", f"--format={fmt}", commit],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    history = subprocess.run(  # newest first
+        ["git", "-C", str(root), "log", "--format=%H", "--", f"data/{SPEC_FILE}"],
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.strip()
-    return f"`{commit[:7]}` on {date}"
+    ).stdout.split()
+    first, *later = sorted(set(commits.values()), key=history.index, reverse=True)
+    parts = []
+    for commit in later:
+        where = sorted(
+            {f"{claims[i].experiment}/{claims[i].published_as}" for i, c in commits.items() if c == commit}
+        )
+        parts.append(f"{', '.join(where)}: `{commit[:7]}` on {show(commit, '%cs')}")
+    registered = f"`{first[:7]}` on {show(first, '%cs')}"
+    return registered + (f" (registered again: {'; '.join(parts)})" if parts else "")
 
 
 def confirmatory_markdown(root: Path | None = None) -> str:
