@@ -3,8 +3,8 @@
 Each claim of the design (:mod:`rlq.claims.design`) is registered by the commit that last changed its row
 of ``data/claims_confirmatory.csv`` (:func:`claim_commits`: a later commit that registers a new version of
 some claims leaves the others' registration as it was); every job trains under its claims' commit, in a git
-worktree of it (``runs/campaign/code-<commit>``), through ``rlq run`` with the registered preset and the job's own arm and
-seed (:func:`rlq.claims.campaign_jobs.job_overrides`). A job's folder is
+worktree of it (``runs/campaign/code-<commit>``), through ``rlq run`` with the registered preset and the
+job's own arm and seed (:func:`rlq.claims.campaign_jobs.job_overrides`). A job's folder is
 ``runs/campaign/<experiment>/<published_as>/<arm>-<seed>/``: ``job.json`` (the job and its commit) and the
 run folder ``rlq run`` makes inside it.
 
