@@ -28,15 +28,9 @@ import torch
 
 from rlq.deploy.bounds import FP32_RTOL, SAME_CODES_RTOL, error_bound, parity
 from rlq.deploy.c_build import load_c_policy
-from rlq.deploy.export import (
-    acting_module,
-    compiled_with_actions,
-    load_policy_source,
-    takes_action_space,
-)
+from rlq.deploy.export import acting_module, exported_policy, load_policy_source
 from rlq.deploy.export_c import CExport
 from rlq.deploy.reader import read_policy
-from rlq.deploy.runtime import compile_policy
 
 TIE = 1e-4
 """Output values closer than this are tied: another summation order may take the other as the argmax."""
@@ -133,7 +127,7 @@ def check_export(
     ``observations``: finite, ``(n, obs_dim)``, as the network's first layer takes them.
     """
     policy = load_policy_source(source)
-    module_actor = takes_action_space(policy, action_space)
+    compiled = exported_policy(policy, precision, action_space, calibration)  # refuses a mismatched space
     obs = check_observations(observations, read_policy(policy)[0][0].n_in)
     run = _run(export, policy, action_space, obs, precision)
     if precision == "fp32":
@@ -145,11 +139,6 @@ def check_export(
         return ExportCheck(
             [run.compare(run.pytorch_name, run.pytorch, None, "ONNX Runtime's int8")], len(obs)
         )
-    compiled = (
-        compiled_with_actions(policy, action_space, precision, calibration)
-        if module_actor
-        else compile_policy(policy, precision, calibration=calibration, use_kernels=False)
-    )
     same = compiled(obs).reshape(run.pytorch.shape)
     if run.discrete:
         top2 = np.sort(compiled.outputs(obs), axis=1)[:, -2:]

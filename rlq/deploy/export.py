@@ -147,7 +147,7 @@ def output_for_action_space(network: nn.Sequential, action_space: Any) -> Output
     return OutputSpec("continuous", *arrays)
 
 
-def takes_action_space(policy: Any, action_space: Any) -> bool:
+def _takes_action_space(policy: Any, action_space: Any) -> bool:
     """Return whether ``policy`` is an ``nn.Module`` actor given its ``action_space``; raise for a mismatch.
 
     An SB3 model (or policy) brings its own action space, so ``action_space`` must be None; an actor without
@@ -167,7 +167,7 @@ def takes_action_space(policy: Any, action_space: Any) -> bool:
     return True
 
 
-def compiled_with_actions(
+def _compiled_with_actions(
     actor: nn.Sequential, action_space: Any, precision: str, calibration: np.ndarray | None = None
 ) -> CompiledPolicy:
     """Return ``actor`` compiled at ``precision`` (its inputs scaled on ``calibration``, observations as the
@@ -178,6 +178,20 @@ def compiled_with_actions(
     if output.kind == "continuous":
         ops.append(Affine(ACTION_SCALING, output.scale, output.shift, output.low, output.high))
     return CompiledPolicy(ops, output, compiled.obs_dim, use_kernels=False)
+
+
+def exported_policy(
+    policy: Any, precision: str, action_space: Any = None, calibration: np.ndarray | None = None
+) -> CompiledPolicy:
+    """Return what a C export of ``policy`` at ``precision`` computes: the same codes, the same layers.
+
+    An SB3 model: :func:`rlq.deploy.compile_policy` with ``use_kernels=False`` (the block rule of the exported
+    C's plain loops); an ``nn.Sequential`` actor: the same, with its ``action_space``'s post-processing after.
+    ``calibration``: observations as the network takes them, for the first layer's input scaling.
+    """
+    if _takes_action_space(policy, action_space):
+        return _compiled_with_actions(policy, action_space, precision, calibration)
+    return compile_policy(policy, precision, calibration=calibration, use_kernels=False)
 
 
 def acting_module(policy: Any, action_space: Any = None) -> nn.Module:
@@ -230,16 +244,12 @@ def export_policy(
     if out.exists():
         raise FileExistsError(f"{out} exists; export into a new folder")
     policy = load_policy_source(source)
-    module_actor = takes_action_space(policy, action_space)
-    if format == "c" and module_actor:
-        actor = compiled_with_actions(
-            policy, action_space, precision, network_inputs(calibration, vec_normalize)
-        )
-        return write_c(actor, out, name=name, precision=precision, vec_normalize=vec_normalize)
     if format == "c":
-        return write_c(
-            policy, out, name=name, precision=precision, vec_normalize=vec_normalize, calibration=calibration
+        compiled = exported_policy(
+            policy, precision, action_space, network_inputs(calibration, vec_normalize)
         )
+        return write_c(compiled, out, name=name, vec_normalize=vec_normalize)
+    _takes_action_space(policy, action_space)  # refuses an actor without its space, an SB3 model given one
     if vec_normalize is not None:
         raise ValueError("ONNX export does not take a VecNormalize; normalise observations before the model")
     return _write_onnx(policy, out, name, precision, calibration, action_space)
