@@ -93,6 +93,11 @@ def _rows_at(root: Path, commit: str) -> dict[str, tuple[str, ...]]:
     return {row[0]: tuple(row) for row in rows if row}
 
 
+def spec_history(root: Path) -> list[str]:
+    """Return the commits that changed the design's specification file, newest first."""
+    return _git(root, "log", "--format=%H", "--", f"data/{SPEC_FILE}").split()
+
+
 def claim_commits(root: Path | None = None) -> dict[str, str]:
     """Return, for each claim of the design, the commit that registered it: the last that changed its row.
 
@@ -101,7 +106,7 @@ def claim_commits(root: Path | None = None) -> dict[str, str]:
     """
     root = root or repo_root()
     newest = registered_commit(root)
-    history = _git(root, "log", "--format=%H", "--", f"data/{SPEC_FILE}").split()
+    history = spec_history(root)
     current = _rows_at(root, newest)
     commits = dict.fromkeys(current, newest)
     unchanged = set(current)

@@ -12,14 +12,16 @@ from pathlib import Path
 from rlq.claims import confirmatory_statistics as cs
 from rlq.claims.campaign import (
     ANY_CPU,
+    CampaignState,
     campaign_state,
     claim_commits,
     claim_outcomes,
     expected_minutes,
     jobs_left,
     results_root,
+    spec_history,
 )
-from rlq.claims.design import SPEC_FILE, RegisteredClaim
+from rlq.claims.design import RegisteredClaim
 from rlq.experiments.paths import repo_root
 
 HEADER = "| Claim | Paper | Registered test | Seeds done | Ours [one-sided 95% bounds] | Verdict |"
@@ -52,11 +54,11 @@ def _verdict(claim: RegisteredClaim, outcome: str, reason: str) -> str:
     return cell
 
 
-def registration(root: Path) -> str:
+def registration(root: Path, state: CampaignState | None = None) -> str:
     """Return ``<short commit> on <date>`` of the design's first registration, then, for each later
     registration of some of its claims, the folder their jobs publish into with its commit and date."""
     commits = claim_commits(root)
-    claims = {c.id: c for c in campaign_state(root).claims}
+    claims = {c.id: c for c in (state or campaign_state(root)).claims}
 
     def show(commit: str, fmt: str) -> str:
         return subprocess.run(
@@ -66,12 +68,7 @@ def registration(root: Path) -> str:
             check=True,
         ).stdout.strip()
 
-    history = subprocess.run(  # newest first
-        ["git", "-C", str(root), "log", "--format=%H", "--", f"data/{SPEC_FILE}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    history = spec_history(root)  # newest first
     first, *later = sorted(set(commits.values()), key=history.index, reverse=True)
     parts = []
     for commit in later:
@@ -94,7 +91,7 @@ def confirmatory_markdown(root: Path | None = None) -> str:
     published = len(state.jobs) - len(remaining) - len(stopped)
     halted = f", {len(stopped)} stopped by their claims' floor rule" if stopped else ""
     lines = [
-        f"**Registered {registration(root)}: {published} of {len(state.jobs)} jobs published{halted}, "
+        f"**Registered {registration(root, state)}: {published} of {len(state.jobs)} jobs published{halted}, "
         f"{hours:.1f} core-hours left**",
         "",
         HEADER,
