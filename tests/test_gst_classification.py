@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import run_notebook_cell
 from rlq import stats
 from rlq.analysis.gst import (
     classification_estimates,
@@ -17,12 +18,18 @@ from rlq.analysis.gst import (
     mean_over_seeds,
 )
 from rlq.analysis.gst.classification import with_seed_column
+from rlq.compress import GradualPruning, GradualPruningConfig, GSTConfig, GSTSchedule, RewardAwareConfig
 from rlq.rl.parallel import run_jobs
-from rlq.vision import make_schedule, resnet32, train_classifier
+from rlq.vision import count_parameters, resnet32, train_classifier
 
-SCHEDULE = dict(
-    block_size=2, late_block_size=0, transition_at=0.25, bc_end=0.5, s_shift=1.0, max_sparsity=0.7,
-    step_size=0.05, tolerance=0.01, window=2, final_sparsity=0.7,
+KNOBS = dict(
+    gst_block_size=2, gst_late_block_size=0, gst_transition_at=0.25, gst_bc_end=0.5, gst_s_shift=1.0,
+    gst_max_sparsity=0.7, gst_step_size=0.05, gst_tolerance=0.01, gst_window=2, pruning_final_sparsity=0.7,
+)  # fmt: skip
+CELL_MODULES = dict(
+    copy=copy, torch=torch, GradualPruning=GradualPruning, GradualPruningConfig=GradualPruningConfig,
+    GSTConfig=GSTConfig, GSTSchedule=GSTSchedule, RewardAwareConfig=RewardAwareConfig, run_jobs=run_jobs,
+    train_classifier=train_classifier, resnet32=resnet32, count_parameters=count_parameters,
 )  # fmt: skip
 
 LEGACY_SUMMARY = """method,test_accuracy,accuracy_drop_vs_dense,final_compression,avg_compression,wall_time_s
@@ -40,8 +47,12 @@ def data():
 
 
 def _schedules(data, methods=("dense", "gst"), epochs=2):
-    spe = data.steps_per_epoch(48)
-    return {method: make_schedule(method, epochs * spe, spe, **SCHEDULE) for method in methods}
+    """The schedules the notebook's own cell builds, for these data and epochs (no seed trained: ``seeds=[]``)."""
+    cell = run_notebook_cell(
+        "gst_classification", "per_epoch = dict(", **KNOBS, **CELL_MODULES, data=data, batch_size=48, width=4,
+        total_steps=epochs * data.steps_per_epoch(48), epochs=epochs, seeds=[], methods=[], workers=1,
+    )  # fmt: skip
+    return {method: cell["schedules"][method] for method in methods}
 
 
 def seed_folder(out, seed):

@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 import torch
 
-from rlq.compress import GSTConfig, GSTSchedule, compression_ratio, covered_fraction, layer_report
+from rlq.compress import (
+    GSTConfig,
+    GSTSchedule,
+    RewardAwareConfig,
+    compression_ratio,
+    covered_fraction,
+    layer_report,
+)
 from rlq.compress.layers import classify_layers, covered_fraction_of
 from rlq.experiments.paper import paper_numbers
 from rlq.vision import (
@@ -23,7 +30,6 @@ from rlq.vision import (
     load_cifar10,
     load_digits_images,
     load_imagenet_folder,
-    make_schedule,
     paper_comparison,
     random_shift,
     resnet32,
@@ -32,6 +38,26 @@ from rlq.vision import (
     write_cifar10_binary,
 )
 from rlq.vision.training import HISTORY_COLUMNS
+
+
+def gst_schedule(total_steps: int, steps_per_epoch: int, tolerance: float = 0.01) -> GSTSchedule:
+    """GST as gst_classification builds it: B = 4 from step 0, pruning from half of training, one accuracy an epoch."""
+    sparsity = RewardAwareConfig(
+        max_sparsity=0.8, step_size=0.05, backoff=0.05, window=1, tolerance=0.0, abs_tolerance=tolerance,
+        min_episodes=1,
+    )  # fmt: skip
+    return GSTSchedule(GSTConfig(
+        total_steps=total_steps, block_schedule=((0.0, 4),), transition_method="projection", bc_end=0.5,
+        s_shift=1.0, prune_every=steps_per_epoch, sparsity=sparsity, networks="whole",
+    ))  # fmt: skip
+
+
+def pruning_schedule(total_steps: int, steps_per_epoch: int) -> GradualPruning:
+    """Zhu and Gupta's gradual pruning to 80% over 20-80% of training, one update an epoch."""
+    return GradualPruning(GradualPruningConfig(
+        total_steps=total_steps, final_sparsity=0.8, start_fraction=0.2, end_fraction=0.8,
+        prune_every=steps_per_epoch,
+    ))  # fmt: skip
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -205,7 +231,7 @@ def test_tiny_training_beats_chance(digits):
 def test_gst_training_stays_compressed(digits):
     torch.manual_seed(0)
     spe = digits.steps_per_epoch(64)
-    schedule = make_schedule("gst", 4 * spe, spe, bc_end=0.5, window=1, tolerance=1.0)
+    schedule = gst_schedule(4 * spe, spe, tolerance=1.0)
     result = train_classifier(
         resnet32(width=8), digits, epochs=4, batch_size=64, schedule=schedule, method="gst"
     )
@@ -226,7 +252,7 @@ def test_resume_repeats_the_uninterrupted_run(few_digits, tmp_path, method):
 
     def run(folder):
         torch.manual_seed(0)
-        schedule = make_schedule(method, 4 * spe, spe, bc_end=0.5, window=1)
+        schedule = {"gst": gst_schedule, "pruning": pruning_schedule}[method](4 * spe, spe)
         return train_classifier(
             resnet32(width=4),
             digits,
@@ -262,10 +288,6 @@ def test_gradual_pruning_follows_zhu_and_gupta():
     assert schedule.apply_(model, 10) == []
     [action] = schedule.apply_(model, 85)
     assert action.sparsity == pytest.approx(0.8) and compression_ratio(model) > 0.79
-    assert make_schedule("dense", 100, 10) is None
-    for unknown in ("lottery", "gradual"):  # the pruning baseline is "pruning", under no other name
-        with pytest.raises(ValueError, match="method"):
-            make_schedule(unknown, 100, 10)
 
 
 def test_learning_rate_schedules():
@@ -276,7 +298,7 @@ def test_learning_rate_schedules():
 
 
 def test_schedule_length_must_match_training(digits):
-    schedule = make_schedule("pruning", 7, 1)
+    schedule = pruning_schedule(7, 1)
     with pytest.raises(ValueError, match="plans 7 steps"):
         train_classifier(resnet32(width=4), digits, epochs=1, schedule=schedule)
 

@@ -2,15 +2,15 @@
 
 Data in memory (:mod:`rlq.vision.datasets`) and where it comes from (:mod:`rlq.vision.sources`: CIFAR-10
 from the user's files, sklearn's digits offline, ImageNet-style folders); the two networks in plain
-PyTorch (:mod:`rlq.vision.models`); the compression schedules, rlq.compress's GST or the pruning baseline
-(:mod:`rlq.vision.schedules`); a training loop that applies them, with checkpoints and resume
+PyTorch (:mod:`rlq.vision.models`); the interface of the compression schedules, rlq.compress's GST or the pruning
+baseline (:mod:`rlq.vision.schedules`); a training loop that applies them, with checkpoints and resume
 (:mod:`rlq.vision.training`); and Plotly figures of a comparison (:mod:`rlq.vision.figures`). It imports
 rlq.compress and no RL library. Nothing is downloaded.
 """
 
+from rlq.compress import GradualPruning, GradualPruningConfig
 from rlq.vision.datasets import ImageData, random_shift
 from rlq.vision.models import AlexNet, CifarResNet, alexnet, count_parameters, resnet32
-from rlq.vision.schedules import GradualPruning, GradualPruningConfig, make_schedule
 from rlq.vision.sources import (
     CIFAR10_CLASSES,
     load_cifar10,
@@ -47,7 +47,6 @@ __all__ = [
     "load_cifar10",
     "load_digits_images",
     "load_imagenet_folder",
-    "make_schedule",
     "paper_comparison",
     "random_shift",
     "read_cifar10_binary_batch",
