@@ -24,10 +24,7 @@ from rlq.sb3.gst_settings import arm_settings, compression_settings
 
 KNOBS = dict(
     prune_updates=20,
-    max_sparsity=0.9,
-    sparsity_step=0.05,
-    reward_tolerance=0.1,
-    sparsity_backoff=0.0,
+    sparsity=dict(max_sparsity=0.9, step_size=0.05, tolerance=0.1, backoff=0.0),
     block_schedule=[[0.0, 4], [0.25, 2]],
     bc_end=0.5,
 )
@@ -56,14 +53,8 @@ def test_compression_settings_count_the_pruning_window_over_the_training_updates
     assert gst["prune_every"] == max(1, total // 20)
     assert gst["block_schedule"] == [(0.0, 4), (0.25, 2)]
     assert gst["s_shift"] == 0.25 and gst["transition_method"] == "exact"
-    assert gst["sparsity"] == {
-        "max_sparsity": 0.9,
-        "step_size": 0.05,
-        "tolerance": 0.1,
-        "abs_tolerance": 0.0,
-        "backoff": 0.0,
-        "min_episodes": 3,
-    }
+    assert gst["sparsity"] == {"max_sparsity": 0.9, "step_size": 0.05, "tolerance": 0.1, "backoff": 0.0}
+    assert gst["sparsity"] is not KNOBS["sparsity"]  # a copy: a notebook's later change to it stays its own
 
 
 def test_ablation_arms_are_the_earlier_settings_with_one_fix_each():
@@ -92,6 +83,12 @@ def test_compression_settings_leave_out_what_a_sweep_sets_per_run_and_reject_a_w
     assert "s_shift" not in gst and "transition_method" not in gst
     with pytest.raises(ValueError, match="learning_starts"):
         compression_settings(100, learning_starts=100, **KNOBS)
+    for sparsity, refused in [
+        ({"step_size": 0.05}, "max_sparsity"),
+        ({"max_sparsity": 0.9, "step": 0.05}, "step"),
+    ]:
+        with pytest.raises(ValueError, match=refused):
+            compression_settings(1_536, **{**KNOBS, "sparsity": sparsity})
 
 
 def summary_of(rows):
@@ -348,10 +345,11 @@ def earlier_gst_config(**overrides) -> GSTConfig:
     from rlq.experiments.results import committed_dir
 
     p = read_json(committed_dir("gst_td3_mujoco", "earlier_gst") / "params.json")
-    knobs = {k: p[k] for k in ("max_sparsity", "sparsity_step", "reward_tolerance", "sparsity_backoff")}
+    sparsity = dict(max_sparsity=p["max_sparsity"], step_size=p["sparsity_step"], tolerance=p["reward_tolerance"],
+                    backoff=p["sparsity_backoff"])  # fmt: skip
     gst = compression_settings(
         p["total_timesteps"], learning_starts=p["learning_starts"], prune_updates=p["prune_updates"],
-        block_schedule=p["block_schedule"], bc_end=p["bc_end"], s_shift=p["s_shift"], **knobs,
+        block_schedule=p["block_schedule"], bc_end=p["bc_end"], s_shift=p["s_shift"], sparsity=sparsity,
     )["gst"]  # fmt: skip
     gst = {**arm_settings("gst_none", gst), **overrides}
     sparsity = RewardAwareConfig(**gst.pop("sparsity"))

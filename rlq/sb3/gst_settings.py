@@ -3,9 +3,10 @@ the GST ablation's arms."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlq.compress import RewardAwareConfig
 from rlq.core.validation import check_positive_int
 
 PRUNING_START_FRACTION = 0.2
@@ -45,37 +46,29 @@ top of them (``gst_only_<fix>``); plain ``gst`` has every fix."""
 # Settings: one rule for every GST notebook
 
 
-def compression_settings(  # noqa: PLR0913
+def compression_settings(
     total_timesteps: int,
     *,
     prune_updates: int,
-    max_sparsity: float,
-    sparsity_step: float,
-    reward_tolerance: float,
-    sparsity_backoff: float,
+    sparsity: Mapping[str, Any],
     block_schedule: Sequence[Sequence[float]],
     bc_end: float,
     s_shift: float | None = None,
     transition_method: str | None = None,
-    reward_abs_tolerance: float = 0.0,
     learning_starts: int = 0,
-    trend_ratio: float = 0.0,
-    trend_window: int = 10,
-    min_episodes: int = 3,
 ) -> dict[str, dict[str, Any]]:
     """Return ``{"gst": ..., "pruning": ...}``: the settings of :class:`GSTCallback` and :class:`GradualPruningCallback`.
 
     One rule for every GST notebook, from its parameters:
 
-    - GST updates its reward-aware target every ``total_timesteps // prune_updates`` environment steps, and
-      its target (each layer's compression) is capped at ``max_sparsity``, rising by ``sparsity_step`` while
-      the returns of the episodes after the last rise stay within ``reward_tolerance`` (relative) or
-      ``reward_abs_tolerance`` (absolute) of the level before it, falling by ``sparsity_backoff`` when they
-      drop; it moves again only once ``min_episodes`` new episodes have finished
-      (:class:`rlq.compress.RewardAwareConfig`). ``s_shift`` and ``transition_method`` are left out when None (a
-      sweep sets them per run). ``trend_ratio > 0`` adds the trend guard (our design,
-      :class:`rlq.compress.RewardAwareConfig`): the target also holds while the reward rises more slowly
-      than ``trend_ratio`` times its pace before pruning began, fitted over ``trend_window`` updates.
+    - GST updates its reward-aware target every ``total_timesteps // prune_updates`` environment steps under
+      the controller ``sparsity`` (the fields of :class:`rlq.compress.RewardAwareConfig` by name, as
+      :class:`GSTCallback` takes them; ``max_sparsity`` is required): each layer's compression is capped at
+      ``max_sparsity``, rises by ``step_size`` while the returns of the episodes after the last rise stay
+      within ``tolerance`` (relative) or ``abs_tolerance`` (absolute) of the level before it, falls by
+      ``backoff`` when they drop, and moves again only once ``min_episodes`` new episodes have finished;
+      ``trend_ratio > 0`` adds the trend guard (our design). ``s_shift`` and ``transition_method`` are left
+      out when None (a sweep sets them per run).
     - The pruning baseline reaches ``max_sparsity`` (the same final sparsity as GST's cap) over
       :data:`PRUNING_START_FRACTION` to :data:`PRUNING_END_FRACTION` of the training updates, that is of the
       ``total_timesteps - learning_starts`` steps after an off-policy algorithm's random warm-up (0 for
@@ -90,22 +83,19 @@ def compression_settings(  # noqa: PLR0913
     prune_updates = check_positive_int("prune_updates", prune_updates)
     if not 0 <= learning_starts < total_timesteps:
         raise ValueError(f"learning_starts must be in [0, total_timesteps), got {learning_starts}")
+    sparsity = dict(sparsity)
+    if "max_sparsity" not in sparsity:
+        raise ValueError(f"sparsity must give max_sparsity (GST's cap, the baseline's final sparsity), got {sparsity}")
+    try:
+        RewardAwareConfig(**sparsity)  # an unknown name or a bad value is refused here, not at the first step
+    except TypeError as e:
+        raise ValueError(f"sparsity takes rlq.compress.RewardAwareConfig's fields: {e}") from None
     gst: dict[str, Any] = {
         "block_schedule": [tuple(pair) for pair in block_schedule],
         "bc_end": bc_end,
         "prune_every": max(1, total_timesteps // prune_updates),
-        "sparsity": {
-            "max_sparsity": max_sparsity,
-            "step_size": sparsity_step,
-            "tolerance": reward_tolerance,
-            "abs_tolerance": reward_abs_tolerance,
-            "backoff": sparsity_backoff,
-            "min_episodes": check_positive_int("min_episodes", min_episodes),
-        },
+        "sparsity": sparsity,
     }
-    # only when on: run folders trained without the guard keep resuming with the same settings
-    if trend_ratio:
-        gst["sparsity"] |= {"trend_ratio": trend_ratio, "trend_window": trend_window}
     if s_shift is not None:
         gst["s_shift"] = s_shift
     if transition_method is not None:
@@ -113,7 +103,7 @@ def compression_settings(  # noqa: PLR0913
     # rounded: 0.8 - 0.2 is 0.6000000000000001 in floats, and the window must be exactly 0.6 of the updates
     window = round(PRUNING_END_FRACTION - PRUNING_START_FRACTION, 9)
     pruning = {
-        "final_sparsity": max_sparsity,
+        "final_sparsity": sparsity["max_sparsity"],
         "start_fraction": PRUNING_START_FRACTION,
         "end_fraction": PRUNING_END_FRACTION,
         "update_every": max(1, int(window * (total_timesteps - learning_starts)) // prune_updates),
