@@ -85,7 +85,9 @@ def compression_settings(
         raise ValueError(f"learning_starts must be in [0, total_timesteps), got {learning_starts}")
     sparsity = dict(sparsity)
     if "max_sparsity" not in sparsity:
-        raise ValueError(f"sparsity must give max_sparsity (GST's cap, the baseline's final sparsity), got {sparsity}")
+        raise ValueError(
+            f"sparsity must give max_sparsity (GST's cap, the baseline's final sparsity), got {sparsity}"
+        )
     try:
         RewardAwareConfig(**sparsity)  # an unknown name or a bad value is refused here, not at the first step
     except TypeError as e:
