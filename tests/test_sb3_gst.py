@@ -442,6 +442,8 @@ def test_bad_input_is_rejected_with_clear_errors():
         GradualPruningCallback(1.5)
     with pytest.raises(ValueError, match="start_fraction"):
         GradualPruningCallback(0.5, start_fraction=0.9, end_fraction=0.5)
+    with pytest.raises(ValueError, match=r"unknown pruning setting\(s\) \['prune_every'\]"):
+        GradualPruningCallback(0.5, prune_every=10)  # the callback's name for it is update_every
     with pytest.raises(ValueError, match="reward_window"):
         CompressionCallback(reward_window=0)
     with pytest.raises(RuntimeError, match="model.learn"):

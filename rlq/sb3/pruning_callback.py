@@ -16,6 +16,18 @@ from rlq.compress import (
 from rlq.core.validation import check_positive_int
 from rlq.sb3.compression import CompressionCallback
 
+SCHEDULE_KNOBS = (
+    "start_fraction",
+    "end_fraction",
+    "initial_sparsity",
+    "scope",
+    "skip_first_last",
+    "prune_block",
+)
+"""The :class:`rlq.compress.GradualPruningConfig` fields :class:`GradualPruningCallback` takes as keywords (the
+callback sets the others: ``prune_every`` from ``update_every``, ``total_steps`` and ``start_step`` when
+training starts)."""
+
 
 class GradualPruningCallback(CompressionCallback):
     """Zhu & Gupta's gradual magnitude pruning during SB3 training (the iterative-pruning baseline of GST).
@@ -45,36 +57,30 @@ class GradualPruningCallback(CompressionCallback):
 
     checkpoint_key = "gradual_pruning"
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         final_sparsity: float,
-        start_fraction: float = 0.2,
-        end_fraction: float = 0.8,
+        *,
         update_every: int | None = None,
         total_steps: int | None = None,
-        initial_sparsity: float = 0.0,
-        scope: str = "layer",
-        skip_first_last: bool = True,
         reward_window: int = 10,
         log_every: int = 1000,
         cache_rollouts: bool = True,
         verbose: int = 0,
-        prune_block: tuple[int, int] | None = None,
+        **schedule: Any,
     ):
+        unknown = sorted(set(schedule) - set(SCHEDULE_KNOBS))
+        if unknown:
+            raise ValueError(
+                f"unknown pruning setting(s) {unknown}; the schedule's are {list(SCHEDULE_KNOBS)}"
+            )
+        skip_first_last = schedule.get("skip_first_last", True)
         super().__init__(skip_first_last, reward_window, log_every, cache_rollouts, verbose)
         if update_every is not None:
             check_positive_int("update_every", update_every)
         # validated now, not at the first step; total_steps and start_step are known when training starts
         self._settings = GradualPruningConfig(
-            total_steps=1,
-            final_sparsity=final_sparsity,
-            start_fraction=start_fraction,
-            end_fraction=end_fraction,
-            prune_every=update_every,
-            initial_sparsity=initial_sparsity,
-            skip_first_last=skip_first_last,
-            scope=scope,
-            prune_block=prune_block,
+            total_steps=1, final_sparsity=final_sparsity, prune_every=update_every, **schedule
         )
         if total_steps is not None:
             self.total_steps = check_positive_int("total_steps", total_steps)
