@@ -15,7 +15,7 @@ from typing import Any
 import torch as th
 from stable_baselines3 import TD3
 from stable_baselines3.common.buffers import NStepReplayBuffer
-from stable_baselines3.common.policies import BaseModel
+from stable_baselines3.common.policies import ContinuousCritic
 from stable_baselines3.common.preprocessing import get_action_dim
 from stable_baselines3.common.torch_layers import create_mlp
 from stable_baselines3.common.utils import polyak_update
@@ -24,30 +24,30 @@ from torch import nn
 from torch.nn import functional as F
 
 
-class DistributionalCritic(BaseModel):
-    """Q(s, a) as logits over ``n_atoms`` fixed return values (one network; D4PG has no twin critics)."""
+class DistributionalCritic(ContinuousCritic):
+    """Q(s, a) as logits over ``n_atoms`` fixed return values (one network; D4PG has no twin critics).
 
-    def __init__(  # noqa: PLR0913
+    SB3's :class:`ContinuousCritic` with its ``critic_kwargs`` (``n_critics`` ignored), holding one network
+    of ``n_atoms`` outputs in place of the twin one-output networks.
+    """
+
+    def __init__(
         self,
         observation_space,
         action_space,
         net_arch: list[int],
         features_extractor: nn.Module,
         features_dim: int,
-        activation_fn: type[nn.Module] = nn.ReLU,
-        normalize_images: bool = True,
-        n_critics: int = 1,
-        share_features_extractor: bool = False,
+        *,
         n_atoms: int = 51,
+        **critic_kwargs: Any,
     ):
+        critic_kwargs["n_critics"] = 0  # no one-output network: the distributional one is made below
         super().__init__(
-            observation_space,
-            action_space,
-            features_extractor=features_extractor,
-            normalize_images=normalize_images,
+            observation_space, action_space, net_arch, features_extractor, features_dim, **critic_kwargs
         )
-        self.share_features_extractor = share_features_extractor
-        self.n_atoms = n_atoms
+        self.n_critics, self.n_atoms = 1, n_atoms
+        activation_fn = critic_kwargs.get("activation_fn", nn.ReLU)
         action_dim = get_action_dim(self.action_space)
         self.q_net = nn.Sequential(*create_mlp(features_dim + action_dim, n_atoms, net_arch, activation_fn))
         self.q_networks = [self.q_net]  # the layout rlq.sb3.networks expects of an SB3 critic
@@ -111,7 +111,7 @@ class D4PG(TD3):
 
     policy_aliases = {"MlpPolicy": D4PGPolicy}
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         policy: str | type[D4PGPolicy],
         env,
@@ -121,12 +121,7 @@ class D4PG(TD3):
         n_atoms: int = 51,
         n_steps: int = 5,
         max_grad_norm: float | None = None,
-        gamma: float = 0.99,
-        policy_delay: int = 1,
-        policy_kwargs: dict[str, Any] | None = None,
-        replay_buffer_kwargs: dict[str, Any] | None = None,
-        _init_setup_model: bool = True,
-        **kwargs: Any,
+        **td3_kwargs: Any,
     ):
         if not v_min < v_max:
             raise ValueError(f"v_min must be below v_max, got {v_min} and {v_max}")
@@ -134,17 +129,20 @@ class D4PG(TD3):
             raise ValueError(f"n_atoms must be >= 2 and n_steps >= 1, got {n_atoms} and {n_steps}")
         self.v_min, self.v_max, self.n_atoms = float(v_min), float(v_max), int(n_atoms)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        gamma = td3_kwargs.setdefault("gamma", 0.99)
+        td3_kwargs.setdefault("policy_delay", 1)
         super().__init__(
             policy,
             env,
-            gamma=gamma,
-            policy_delay=policy_delay,
-            policy_kwargs={**(policy_kwargs or {}), "n_atoms": self.n_atoms},
+            policy_kwargs={**(td3_kwargs.pop("policy_kwargs", None) or {}), "n_atoms": self.n_atoms},
             # Given explicitly (not as TD3's n_steps) so that save/load restores it without a warning.
             replay_buffer_class=NStepReplayBuffer,
-            replay_buffer_kwargs={**(replay_buffer_kwargs or {}), "n_steps": int(n_steps), "gamma": gamma},
-            _init_setup_model=_init_setup_model,
-            **kwargs,
+            replay_buffer_kwargs={
+                **(td3_kwargs.pop("replay_buffer_kwargs", None) or {}),
+                "n_steps": int(n_steps),
+                "gamma": gamma,
+            },
+            **td3_kwargs,
         )
 
     def _clip(self, network: nn.Module) -> None:
