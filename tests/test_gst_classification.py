@@ -20,7 +20,7 @@ from rlq.analysis.gst import (
 from rlq.analysis.gst.classification import with_seed_column
 from rlq.compress import GradualPruning, GradualPruningConfig, GSTConfig, GSTSchedule, RewardAwareConfig
 from rlq.rl.parallel import run_jobs
-from rlq.vision import count_parameters, resnet32, train_classifier
+from rlq.vision import SGDRecipe, count_parameters, resnet32, train_classifier
 
 KNOBS = dict(
     gst_block_size=2, gst_late_block_size=0, gst_transition_at=0.25, gst_bc_end=0.5, gst_s_shift=1.0,
@@ -29,7 +29,7 @@ KNOBS = dict(
 CELL_MODULES = dict(
     copy=copy, torch=torch, GradualPruning=GradualPruning, GradualPruningConfig=GradualPruningConfig,
     GSTConfig=GSTConfig, GSTSchedule=GSTSchedule, RewardAwareConfig=RewardAwareConfig, run_jobs=run_jobs,
-    train_classifier=train_classifier, resnet32=resnet32, count_parameters=count_parameters,
+    train_classifier=train_classifier, resnet32=resnet32, count_parameters=count_parameters, SGDRecipe=SGDRecipe,
 )  # fmt: skip
 
 LEGACY_SUMMARY = """method,test_accuracy,accuracy_drop_vs_dense,final_compression,avg_compression,wall_time_s
@@ -51,6 +51,7 @@ def _schedules(data, methods=("dense", "gst"), epochs=2):
     cell = run_notebook_cell(
         "gst_classification", "per_epoch = dict(", **KNOBS, **CELL_MODULES, data=data, batch_size=48, width=4,
         total_steps=epochs * data.steps_per_epoch(48), epochs=epochs, seeds=[], methods=[], workers=1,
+        lr=0.05, weight_decay=1e-4, lr_schedule="step",
     )  # fmt: skip
     return {method: cell["schedules"][method] for method in methods}
 
@@ -66,8 +67,8 @@ def train_one(data, schedule, out, seed, method, threads=None):
     torch.manual_seed(seed)  # the same initial weights for every method of this seed
     model = resnet32(num_classes=data.num_classes, width=4, in_channels=data.image_shape[0])
     return train_classifier(
-        model, data, 2, batch_size=48, schedule=copy.deepcopy(schedule), seed=seed, method=method,
-        checkpoint_dir=seed_folder(out, seed) / "checkpoints" / method, lr=0.05,
+        model, data, 2, recipe=SGDRecipe(lr=0.05, batch_size=48), schedule=copy.deepcopy(schedule), seed=seed,
+        method=method, checkpoint_dir=seed_folder(out, seed) / "checkpoints" / method,
     )  # fmt: skip
 
 

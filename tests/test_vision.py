@@ -24,6 +24,7 @@ from rlq.vision import (
     GradualPruning,
     GradualPruningConfig,
     ImageData,
+    SGDRecipe,
     alexnet,
     count_parameters,
     learning_rate,
@@ -220,7 +221,7 @@ def test_gst_on_resnet32_compresses_all_but_first_and_last():
 
 def test_tiny_training_beats_chance(digits):
     torch.manual_seed(0)
-    result = train_classifier(resnet32(width=4), digits, epochs=3, batch_size=64)
+    result = train_classifier(resnet32(width=4), digits, epochs=3, recipe=SGDRecipe(batch_size=64))
     history = result.history
     assert list(history.columns) == HISTORY_COLUMNS and len(history) == 3
     assert history["test_accuracy"].iloc[-1] > 0.4  # chance is 0.1
@@ -233,7 +234,7 @@ def test_gst_training_stays_compressed(digits):
     spe = digits.steps_per_epoch(64)
     schedule = gst_schedule(4 * spe, spe, tolerance=1.0)
     result = train_classifier(
-        resnet32(width=8), digits, epochs=4, batch_size=64, schedule=schedule, method="gst"
+        resnet32(width=8), digits, epochs=4, recipe=SGDRecipe(batch_size=64), schedule=schedule, method="gst"
     )
     history = result.history
     assert (
@@ -257,7 +258,7 @@ def test_resume_repeats_the_uninterrupted_run(few_digits, tmp_path, method):
             resnet32(width=4),
             digits,
             epochs=4,
-            batch_size=64,
+            recipe=SGDRecipe(batch_size=64),
             schedule=schedule,
             method=method,
             checkpoint_dir=folder,
@@ -273,7 +274,12 @@ def test_resume_repeats_the_uninterrupted_run(few_digits, tmp_path, method):
     )
     with pytest.raises(ValueError, match="4 epochs"):
         train_classifier(
-            resnet32(width=4), digits, epochs=5, batch_size=64, method=method, checkpoint_dir=tmp_path
+            resnet32(width=4),
+            digits,
+            epochs=5,
+            recipe=SGDRecipe(batch_size=64),
+            method=method,
+            checkpoint_dir=tmp_path,
         )
 
 
@@ -295,6 +301,13 @@ def test_learning_rate_schedules():
     assert learning_rate(100, 100, 0.1, "cosine") == pytest.approx(0.0)
     with pytest.raises(ValueError, match="lr_schedule"):
         learning_rate(0, 100, 0.1, "warm")
+    for bad, refused in [
+        ({"lr_schedule": "warm"}, "lr_schedule"),
+        ({"lr": 0}, "lr"),
+        ({"batch_size": 0}, "batch"),
+    ]:
+        with pytest.raises(ValueError, match=refused):
+            SGDRecipe(**bad)
 
 
 def test_schedule_length_must_match_training(digits):

@@ -22,6 +22,7 @@ from rlq.vision.sources import (
     write_cifar10_binary_batch,
 )
 from rlq.vision.training import (
+    SGDRecipe,
     TrainedClassifier,
     evaluate_accuracy,
     latest_classifier_checkpoint,
@@ -38,6 +39,7 @@ __all__ = [
     "GradualPruning",
     "GradualPruningConfig",
     "ImageData",
+    "SGDRecipe",
     "TrainedClassifier",
     "alexnet",
     "count_parameters",

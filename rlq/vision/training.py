@@ -90,6 +90,36 @@ def evaluate_accuracy(
     return correct / total
 
 
+@dataclass(frozen=True)
+class SGDRecipe:
+    """How :func:`train_classifier` runs SGD: He et al. 2016's CIFAR recipe by default.
+
+    ``lr`` 0.1 under ``lr_schedule`` (:func:`learning_rate`: ``"step"`` divides it by 10 at 50% and 75% of
+    training), momentum 0.9, weight decay 1e-4, batches of ``batch_size`` 128; ``augment`` overrides the
+    data's own augmentation (None keeps it: :meth:`ImageData.train_batches`); accuracy is measured in
+    batches of ``eval_batch_size``, which changes no result.
+    """
+
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    batch_size: int = 128
+    lr_schedule: str = "step"
+    augment: str | None = None
+    eval_batch_size: int = 500
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise ValueError(
+                f"momentum and weight_decay must be >= 0, got {self.momentum} and {self.weight_decay}"
+            )
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ValueError(f"batch sizes must be >= 1, got {self.batch_size} and {self.eval_batch_size}")
+        learning_rate(0, 1, self.lr, self.lr_schedule)  # refuses an unknown schedule by name
+
+
 @dataclass
 class TrainedClassifier:
     """A trained classifier with its per-epoch history."""
@@ -144,32 +174,25 @@ def _check_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None
                 )
 
 
-def train_classifier(  # noqa: PLR0913
+def train_classifier(
     model: nn.Module,
     data: ImageData,
     epochs: int,
     *,
-    lr: float = 0.1,
-    momentum: float = 0.9,
-    weight_decay: float = 1e-4,
-    batch_size: int = 128,
-    lr_schedule: str = "step",
+    recipe: SGDRecipe | None = None,
     schedule: CompressionSchedule | None = None,
-    augment: str | None = None,
     seed: int = 0,
     method: str = "dense",
     checkpoint_dir: str | Path | None = None,
-    device: str | torch.device = "cpu",
-    eval_batch_size: int = 500,
-    progress: bool = False,
 ) -> TrainedClassifier:
     """Return ``model`` trained ``epochs`` epochs by SGD under ``schedule``, resuming from ``checkpoint_dir``.
 
-    Defaults are He et al. 2016's CIFAR recipe (lr 0.1 divided by 10 at 50% and 75%, momentum 0.9, weight
-    decay 1e-4, batch 128). ``schedule`` (None: dense; :class:`GradualPruning`; :class:`GSTSchedule`) is
-    applied before every optimizer step, with the validation accuracy of the last epoch as its reward
-    (the test accuracy when ``data`` has no validation split, with a warning); its ``total_steps`` must be
-    ``epochs * data.steps_per_epoch(batch_size)``. ``method`` labels the history rows.
+    SGD follows ``recipe`` (None: :class:`SGDRecipe`'s defaults, He et al. 2016's CIFAR recipe) on the
+    device the model's parameters are on (move it first: ``model.to("cuda")``). ``schedule`` (None: dense;
+    :class:`GradualPruning`; :class:`GSTSchedule`) is applied before every optimizer step, with the
+    validation accuracy of the last epoch as its reward (the test accuracy when ``data`` has no validation
+    split, with a warning); its ``total_steps`` must be ``epochs * data.steps_per_epoch(recipe.batch_size)``.
+    ``method`` labels the history rows.
 
     With ``checkpoint_dir`` a checkpoint (model, optimizer, schedule, history, RNG) is written after every
     epoch (the newest two are kept) and a later call resumes from the newest one. Give a freshly built
@@ -177,33 +200,30 @@ def train_classifier(  # noqa: PLR0913
     built before any compression, must see the parameters in the dense model's order. Batch order and
     augmentation depend only on ``seed`` and the epoch, so a resumed run repeats an uninterrupted one.
     """
+    recipe = SGDRecipe() if recipe is None else recipe
+    batch_size, lr = recipe.batch_size, recipe.lr
     steps_per_epoch = _steps_per_epoch(data, epochs, batch_size, schedule)
     lr_at = functools.partial(
-        learning_rate, total_steps=epochs * steps_per_epoch, base_lr=lr, schedule=lr_schedule
+        learning_rate, total_steps=epochs * steps_per_epoch, base_lr=lr, schedule=recipe.lr_schedule
     )
-    lr_at(0)  # validates the schedule's name
     reward_split = _reward_split(data, schedule)
-    device = torch.device(device)
-    model.to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    device = next(model.parameters()).device
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay
+    )
     meta = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "method": method}
     folder = Path(checkpoint_dir) if checkpoint_dir is not None else None
     found = latest_classifier_checkpoint(folder) if folder is not None and folder.exists() else None
     state = _start_or_resume(found, seed, meta, model, optimizer, schedule, device)
     state.ratio = compression_ratio(model)
     started = time.perf_counter()
-    epoch_range: Iterable[int] = range(state.epoch, epochs)
-    if progress:
-        from tqdm.auto import tqdm
-
-        epoch_range = tqdm(epoch_range, desc=method, initial=state.epoch, total=epochs)
     checkpoint = found[1] if found is not None else None
     model.train()
-    for epoch in epoch_range:
+    for epoch in range(state.epoch, epochs):
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        batches = data.train_batches(batch_size, generator, augment)
+        batches = data.train_batches(batch_size, generator, recipe.augment)
         row = _train_epoch(model, batches, optimizer, schedule, state, lr_at, device)
-        val_accuracy, test_accuracy = _accuracies(model, data, reward_split, eval_batch_size, device)
+        val_accuracy, test_accuracy = _accuracies(model, data, reward_split, recipe.eval_batch_size, device)
         state.reward = val_accuracy if reward_split == "val" else test_accuracy
         row.update(
             method=method,
