@@ -16,7 +16,7 @@ from rlq.experiments.constraints import ConstraintError, check_value, parse_cons
 from rlq.experiments.run_folders import short_path
 from rlq.experiments.tuner_space import SETTING_RANGES
 from rlq.faces.tuner_figures import CURRENT, PLOTLY_MIME, explored_traces, training_figure
-from rlq.faces.widgets import SparsityTuner, TunerSettings, compress_policy
+from rlq.faces.widgets import SparsityTuner, TunerSettings, TunerTraining, compress_policy
 from rlq.rl.agents import train_agent
 
 NET = [16, 16]
@@ -258,9 +258,7 @@ def test_train_with_these_settings_writes_a_normal_run_folder_and_draws_its_curv
         "CartPole-v1",
         n_episodes=1,
         seed=0,
-        train_steps=512,
-        runs_dir=tmp_path,
-        reference_curve=reference,
+        training=TunerTraining(steps=512, runs_dir=tmp_path, reference_curve=reference),
     )
     tuner.controls["sparsity"].value = 0.6  # auto-evaluation runs too; training is independent of it
     tuner.start_training()
@@ -295,9 +293,19 @@ def test_train_with_these_settings_writes_a_normal_run_folder_and_draws_its_curv
     assert not tuner.train_button.disabled and tuner.cancel_button.disabled
 
 
+def test_a_training_of_no_steps_is_refused_when_made():
+    for steps in (0, 1.5, True):
+        with pytest.raises(ValueError, match="steps must be an int >= 1"):
+            TunerTraining(steps=steps)
+
+
 def test_cancel_stops_a_training_and_the_train_button_waits_for_it(agent, tmp_path):
     tuner = SparsityTuner(
-        agent, "CartPole-v1", n_episodes=1, train_steps=200_000, runs_dir=tmp_path, auto=False
+        agent,
+        "CartPole-v1",
+        n_episodes=1,
+        training=TunerTraining(steps=200_000, runs_dir=tmp_path),
+        auto=False,
     )
     tuner.start_training()
     assert tuner.train_button.disabled and not tuner.cancel_button.disabled  # at once, from the click

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,25 @@ if TYPE_CHECKING:
     from rlq.faces.widgets import SparsityTuner
 
 EXPERIMENT = "sparsity_tuner_train"
+
+
+@dataclass(frozen=True)
+class TunerTraining:
+    """How the tuner's "Train with these settings" trains: ``steps`` environment steps of ``type(model)`` with
+    ``hyperparams`` (give the tuned agent's, so that its learning curve ``reference_curve``, a frame with
+    ``timestep`` and ``episode_return``, is a fair dense reference), into a run folder under ``runs_dir``
+    (None: the default runs folder)."""
+
+    steps: int = 20_000
+    runs_dir: str | Path | None = None
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    reference_curve: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"steps must be an int >= 1, got {self.steps!r}")
+
+
 LAST_EPISODES = 10
 """Training episodes whose mean return is the run's ``final_train_return``."""
 

@@ -27,6 +27,7 @@ from rlq.compress import block_circulant_, compression_ratio, layer_report, magn
 from rlq.experiments.paths import default_runs_dir
 from rlq.experiments.tuner_space import METHODS, SETTING_RANGES, TunerSettings
 from rlq.faces import tuner_figures as figs
+from rlq.faces.tuner_training import TunerTraining
 from rlq.rl.evaluate import evaluate
 from rlq.sb3.networks import copy_policy, named_layers
 
@@ -117,29 +118,26 @@ class SparsityTuner:
     control evaluates a compressed copy on ``n_episodes`` seeded episodes and adds a point to the
     return-vs-bits figure, unless an earlier point has the same evaluated settings
     (:meth:`TunerSettings.evaluated`), which then becomes the current one. ``settings`` are the controls'
-    first values. "Train with these settings" trains ``type(model)`` for ``train_steps`` with
-    ``hyperparams`` (give the tuned agent's, so that its learning curve ``reference_curve``, a frame with
-    ``timestep`` and ``episode_return``, is a fair dense reference) into a run folder under ``runs_dir``;
-    the cancel button stops it, as it stops an evaluation.
+    first values. "Train with these settings" trains as ``training`` says (:class:`TunerTraining`: steps,
+    hyperparameters, the dense reference curve, the runs folder); the cancel button stops it, as it stops an
+    evaluation.
     """
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         model: Any,
         env_id: str,
         n_episodes: int = 3,
         seed: int = 0,
         auto: bool = True,
-        train_steps: int = 20_000,
-        runs_dir: str | Path | None = None,
         settings: TunerSettings | None = None,
-        hyperparams: dict[str, Any] | None = None,
-        reference_curve: pd.DataFrame | None = None,
+        training: TunerTraining | None = None,
     ):
+        training = TunerTraining() if training is None else training
         self.model, self.env_id, self.n_episodes, self.seed = model, env_id, n_episodes, seed
-        self.train_steps, self.hyperparams = train_steps, dict(hyperparams or {})
-        self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
-        self.reference_curve = reference_curve
+        self.train_steps, self.hyperparams = training.steps, dict(training.hyperparams)
+        self.runs_dir = Path(training.runs_dir) if training.runs_dir is not None else default_runs_dir()
+        self.reference_curve = training.reference_curve
         self.points: list[dict[str, Any]] = []
         self.current: int | None = None
         self.error: BaseException | None = None
