@@ -8,12 +8,19 @@ import pytest
 
 from rlq.rl.agents import make_model, train_agent
 from rlq.rl.algorithms import ALGORITHM_NAMES
-from rlq.rl.checkpoints import latest_checkpoint
+from rlq.rl.checkpoints import KEEP_CHECKPOINTS, latest_checkpoint
 from rlq.rl.episodes import finished_episodes
+from rlq.rl.resume import Checkpoints
 
 TINY = {"policy_kwargs": {"net_arch": [8]}}
 ON_POLICY = {"n_steps": 32, **TINY}
 OFF_POLICY = {"learning_starts": 32, "buffer_size": 1000, "batch_size": 16, **TINY}
+
+
+def train(algo, env_id, steps, run_dir=None, every=0, keep=KEEP_CHECKPOINTS, **model_kwargs):
+    """train_agent on a fresh make_model, checkpointed in run_dir: a training as each test below resumes it."""
+    checkpoints = Checkpoints(run_dir, every, keep=keep) if run_dir is not None else None
+    return train_agent(make_model(algo, env_id, **model_kwargs), steps, checkpoints)
 
 
 @pytest.mark.parametrize("algo", ALGORITHM_NAMES)
@@ -49,14 +56,12 @@ def test_bad_algorithm_and_hyperparameter_are_named():
 
 
 def test_on_policy_training_resumes_from_its_checkpoint(tmp_path):
-    kwargs = dict(
-        seed=0, n_envs=2, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path, checkpoint_every=128
-    )
-    first = train_agent("PPO", "CartPole-v1", 256, **kwargs)
+    kwargs = dict(seed=0, n_envs=2, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path, every=128)
+    first = train("PPO", "CartPole-v1", 256, **kwargs)
     assert first.resumed_from is None and first.model.num_timesteps == 256
     assert latest_checkpoint(tmp_path / "checkpoints")[0] == 256
     assert len(list((tmp_path / "checkpoints").glob("model_*_steps.zip"))) == 2  # 128 and 256
-    second = train_agent("PPO", "CartPole-v1", 512, **kwargs)
+    second = train("PPO", "CartPole-v1", 512, **kwargs)
     assert second.resumed_from == 256 and second.model.num_timesteps == 512
     assert second.curve.iloc[: len(first.curve)].equals(first.curve)  # earlier episodes kept, not re-run
     assert len(second.curve) > len(first.curve)
@@ -65,48 +70,48 @@ def test_on_policy_training_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_off_policy_resume_restores_the_replay_buffer(tmp_path):
-    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=100)
-    train_agent("TD3", "Pendulum-v1", 200, **kwargs)
+    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, every=100)
+    train("TD3", "Pendulum-v1", 200, **kwargs)
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("replay_*")) == [
         "replay_100_steps.pkl", "replay_200_steps.pkl",
     ]  # fmt: skip
-    second = train_agent("TD3", "Pendulum-v1", 300, **kwargs)
+    second = train("TD3", "Pendulum-v1", 300, **kwargs)
     assert second.resumed_from == 200
     assert second.model.replay_buffer.size() == 300
 
 
 def test_a_finished_run_resumed_trains_no_further(tmp_path):
     kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
-    first = train_agent("PPO", "CartPole-v1", 64, **kwargs)
-    again = train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    first = train("PPO", "CartPole-v1", 64, **kwargs)
+    again = train("PPO", "CartPole-v1", 64, **kwargs)
     assert again.resumed_from == first.model.num_timesteps == again.model.num_timesteps
 
 
 def test_corrupt_checkpoint_is_reported_by_name(tmp_path):
     kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
-    train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    train("PPO", "CartPole-v1", 64, **kwargs)
     steps, path = latest_checkpoint(tmp_path / "checkpoints")
     path.write_bytes(b"not a zip")
     with pytest.raises(RuntimeError, match=f"checkpoint {path}"):
-        train_agent("PPO", "CartPole-v1", 128, **kwargs)
+        train("PPO", "CartPole-v1", 128, **kwargs)
 
 
 def test_damaged_state_file_is_reported_by_name_with_what_to_do(tmp_path):
     kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
-    train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    train("PPO", "CartPole-v1", 64, **kwargs)
     steps, _ = latest_checkpoint(tmp_path / "checkpoints")
     state = tmp_path / "checkpoints" / f"state_{steps}_steps.json"
     state.write_text(state.read_text()[:10])  # truncated, as a crash mid-write by another tool would leave it
     with pytest.raises(ValueError, match=rf"state_{steps}_steps.json is damaged.*model_{steps}_steps.zip"):
-        train_agent("PPO", "CartPole-v1", 128, **kwargs)
+        train("PPO", "CartPole-v1", 128, **kwargs)
 
 
 def test_a_second_attempt_from_the_same_step_keeps_the_first_attempts_log(tmp_path):
     kwargs = dict(seed=0, hyperparams={**ON_POLICY, "batch_size": 32}, run_dir=tmp_path)
-    train_agent("PPO", "CartPole-v1", 64, **kwargs)  # no checkpoint in between: a rerun starts from step 64
+    train("PPO", "CartPole-v1", 64, **kwargs)  # no checkpoint in between: a rerun starts from step 64
     first_log = (tmp_path / "sb3" / "progress_from_0.csv").read_text()
-    train_agent("PPO", "CartPole-v1", 64, **kwargs)
-    train_agent("PPO", "CartPole-v1", 64, **kwargs)
+    train("PPO", "CartPole-v1", 64, **kwargs)
+    train("PPO", "CartPole-v1", 64, **kwargs)
     logs = sorted(p.name for p in (tmp_path / "sb3").glob("progress_from_*"))
     assert logs == ["progress_from_0.csv", "progress_from_64.2.csv", "progress_from_64.csv"]
     assert (tmp_path / "sb3" / "progress_from_0.csv").read_text() == first_log
@@ -119,8 +124,8 @@ def test_a_save_killed_before_its_model_is_in_place_resumes_from_the_previous_ch
     over the incomplete newer checkpoint (saying so) and gets the previous one with its full buffer."""
     from pathlib import Path
 
-    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=100)
-    train_agent("TD3", "Pendulum-v1", 100, **kwargs)
+    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, every=100)
+    train("TD3", "Pendulum-v1", 100, **kwargs)
     real_replace = Path.replace
 
     def killed_at_the_model(self, target):
@@ -130,7 +135,7 @@ def test_a_save_killed_before_its_model_is_in_place_resumes_from_the_previous_ch
 
     monkeypatch.setattr(Path, "replace", killed_at_the_model)
     with pytest.raises(KeyboardInterrupt):
-        train_agent("TD3", "Pendulum-v1", 200, **kwargs)
+        train("TD3", "Pendulum-v1", 200, **kwargs)
     monkeypatch.setattr(Path, "replace", real_replace)
     ckpt = tmp_path / "checkpoints"
     assert (ckpt / "replay_100_steps.pkl").exists() and (ckpt / "replay_200_steps.pkl").exists()
@@ -146,15 +151,13 @@ def test_a_save_killed_before_its_model_is_in_place_resumes_from_the_previous_ch
         in caplog.text
     )
     assert "resuming from the checkpoint at 100 steps" in caplog.text
-    resumed = train_agent("TD3", "Pendulum-v1", 150, **kwargs)
+    resumed = train("TD3", "Pendulum-v1", 150, **kwargs)
     assert resumed.resumed_from == 100 and resumed.model.replay_buffer.size() == 150
 
 
 def test_the_newest_three_checkpoints_are_kept_and_the_newest_two_replay_buffers(tmp_path):
     ckpt = tmp_path / "checkpoints"
-    train_agent(
-        "TD3", "Pendulum-v1", 300, seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=50
-    )
+    train("TD3", "Pendulum-v1", 300, seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, every=50)
     kept = sorted(p.name for p in ckpt.iterdir())
     assert kept == sorted(
         [
@@ -164,33 +167,31 @@ def test_the_newest_three_checkpoints_are_kept_and_the_newest_two_replay_buffers
         ]
         + ["replay_250_steps.pkl", "replay_300_steps.pkl"]
     )
-    train_agent(
+    train(
         "PPO",
         "CartPole-v1",
         256,
         hyperparams=ON_POLICY,
         run_dir=tmp_path / "ppo",
-        checkpoint_every=32,
-        keep_checkpoints=1,
+        every=32,
+        keep=1,
     )
     assert sorted(p.name for p in (tmp_path / "ppo" / "checkpoints").iterdir()) == [
         "curve_256_steps.csv", "model_256_steps.zip", "state_256_steps.json",
     ]  # fmt: skip
-    with pytest.raises(ValueError, match="keep_checkpoints must be"):
-        train_agent(
-            "PPO", "CartPole-v1", 64, hyperparams=ON_POLICY, run_dir=tmp_path / "x", keep_checkpoints=0
-        )
+    with pytest.raises(ValueError, match="keep must be"):
+        train("PPO", "CartPole-v1", 64, hyperparams=ON_POLICY, run_dir=tmp_path / "x", keep=0)
 
 
 def test_following_the_damaged_checkpoint_advice_resumes_an_off_policy_run_from_the_one_before(tmp_path):
     """The checkpoint before the newest keeps its replay buffer, so moving the damaged newest away, as the
     error says, loses only the steps since that one."""
-    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, checkpoint_every=100)
-    train_agent("TD3", "Pendulum-v1", 300, **kwargs)
+    kwargs = dict(seed=0, hyperparams=OFF_POLICY, run_dir=tmp_path, every=100)
+    train("TD3", "Pendulum-v1", 300, **kwargs)
     ckpt = tmp_path / "checkpoints"
     (ckpt / "model_300_steps.zip").write_bytes(b"not a zip")
     with pytest.raises(RuntimeError) as raised:
-        train_agent("TD3", "Pendulum-v1", 400, **kwargs)
+        train("TD3", "Pendulum-v1", 400, **kwargs)
     advice = str(raised.value).split(". ")[-1]
     assert advice == (
         f"Move model_300_steps.zip, curve_300_steps.csv, state_300_steps.json, replay_300_steps.pkl out of {ckpt}: "
@@ -200,6 +201,6 @@ def test_following_the_damaged_checkpoint_advice_resumes_an_off_policy_run_from_
     moved.mkdir()
     for name in advice.removeprefix("Move ").split(" out of ")[0].split(", "):
         (ckpt / name).rename(moved / name)
-    resumed = train_agent("TD3", "Pendulum-v1", 400, **kwargs)
+    resumed = train("TD3", "Pendulum-v1", 400, **kwargs)
     # 199 transitions of the checkpoint (SB3 calls the callback before it stores a step's transition) + 200 new
     assert resumed.resumed_from == 200 and resumed.model.replay_buffer.size() == 399

@@ -143,9 +143,15 @@ def test_train_agent_reports_start_updates_end_and_an_already_trained_run(events
     from rlq.rl.agents import train_agent
 
     monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)
-    kwargs = dict(seed=0, hyperparams=ON_POLICY, run_dir=tmp_path / "qat8")
-    train_agent("PPO", "CartPole-v1", 64, **kwargs)
-    train_agent("PPO", "CartPole-v1", 64, **kwargs)  # nothing left to train
+    from rlq.rl.agents import make_model
+    from rlq.rl.resume import Checkpoints
+
+    for _ in range(2):  # the second has nothing left to train
+        train_agent(
+            make_model("PPO", "CartPole-v1", seed=0, hyperparams=ON_POLICY),
+            64,
+            Checkpoints(tmp_path / "qat8"),
+        )
     events = ProgressReader(events_file, from_end=False).read()
     kinds = [e["event"] for e in events]
     assert kinds[0] == "train_start" and "train" in kinds and kinds[-2:] == ["train_end", "train_end"]

@@ -28,7 +28,9 @@ def _actor_weights(model):
 
 def test_a_fresh_run_is_the_run_train_agent_makes(tmp_path):
     model, checkpoints = _own_loop(tmp_path / "own", 300)
-    reference = train_agent("TD3", "Pendulum-v1", 300, seed=3, hyperparams=TINY_TD3, run_dir=tmp_path / "ref")
+    reference = train_agent(
+        make_model("TD3", "Pendulum-v1", seed=3, hyperparams=TINY_TD3), 300, Checkpoints(tmp_path / "ref")
+    )
     assert torch.equal(_actor_weights(model), _actor_weights(reference.model))
     assert checkpoints.curve[["timestep", "episode_return"]].equals(
         reference.curve[["timestep", "episode_return"]]

@@ -259,7 +259,7 @@ def test_trained_sparse_low_bit_actor_exports_packed_and_to_onnx(tmp_path):
 def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):
     """A checkpoint holds the compressed float policy; on resume QAT stacks on top of it again."""
     from rlq.rl.agents import train_agent
-    from rlq.sb3.checkpoint import load_compressed, save_compressed
+    from rlq.sb3.checkpoint import CompressedCheckpoints
 
     hyper = {
         "policy_kwargs": {"net_arch": [16, 16]},
@@ -267,19 +267,17 @@ def test_interrupted_combined_run_resumes_from_its_checkpoint(tmp_path):
         "buffer_size": 1000,
         "batch_size": 16,
     }
-    run = dict(
-        hyperparams=hyper,
-        run_dir=tmp_path,
-        checkpoint_every=40,
-        save_model=save_compressed,
-        load_model=load_compressed,
-    )
+
+    def fresh():
+        return make_model("TD3", "Pendulum-v1", hyperparams=hyper)
+
     with pytest.raises(KeyboardInterrupt):  # after the hand-over: pruned dense layers beneath QAT
         train_agent(
-            "TD3", "Pendulum-v1", 240, **run, callback=[QATCallback(BITS), gst("TD3"), interrupt_at(200)]
-        )
+            fresh(), 240, CompressedCheckpoints(tmp_path, 40),
+            callback=[QATCallback(BITS), gst("TD3"), interrupt_at(200)],
+        )  # fmt: skip
     qat, compression = QATCallback(BITS), gst("TD3")
-    result = train_agent("TD3", "Pendulum-v1", 240, **run, callback=[qat, compression])
+    result = train_agent(fresh(), 240, CompressedCheckpoints(tmp_path, 40), callback=[qat, compression])
     # the checkpoint at a step follows the schedules' work at that step: the kill at 200 comes first
     assert result.resumed_from == 160 and result.model.num_timesteps == 240
     assert compression.compression_ratio() > 0.5

@@ -13,6 +13,7 @@ from conftest import interrupt_at, trained_td3_parameters
 from rlq.quant import WeightFakeQuant, is_qat, set_qat_enabled
 from rlq.rl.agents import algorithm_class, make_model, train_agent
 from rlq.rl.envs import make_vec_env
+from rlq.rl.resume import Checkpoints
 from rlq.sb3.action_path import action_network, preprocess_observations
 from rlq.sb3.networks import layer_chains, optimizers
 from rlq.sb3.qat_callback import QATCallback
@@ -187,18 +188,12 @@ def test_interrupted_qat_run_resumes_from_its_checkpoint(tmp_path):
     hyperparams = dict(policy_kwargs=dict(net_arch=[16]), learning_starts=32)
     with pytest.raises(KeyboardInterrupt):
         train_agent(
-            "TD3", "Pendulum-v1", 320, hyperparams=hyperparams, run_dir=tmp_path, checkpoint_every=64,
+            make_model("TD3", "Pendulum-v1", hyperparams=hyperparams), 320, Checkpoints(tmp_path, 64),
             callback=[QATCallback(bits=2, delay_steps=100), interrupt_at(200)],
         )  # fmt: skip
     callback = QATCallback(bits=2, delay_steps=100)
     result = train_agent(
-        "TD3",
-        "Pendulum-v1",
-        320,
-        hyperparams=hyperparams,
-        run_dir=tmp_path,
-        checkpoint_every=64,
-        callback=callback,
+        make_model("TD3", "Pendulum-v1", hyperparams=hyperparams), 320, Checkpoints(tmp_path, 64), callback
     )
     assert result.resumed_from == 192 and result.model.num_timesteps == 320
     assert callback.history == [{"step": 192, "enabled": True}]  # the delay had passed: on from the start
@@ -388,7 +383,7 @@ def test_qat_state_reaches_tensorboard_through_sb3s_logger(tmp_path):
 
     env_id, hyper = "Pendulum-v1", {"learning_starts": 40, "buffer_size": 500, "batch_size": 16,
                                     "policy_kwargs": {"net_arch": [16, 16]}}  # fmt: skip
-    train_agent("TD3", env_id, 1000, hyperparams=hyper, run_dir=tmp_path,
+    train_agent(make_model("TD3", env_id, hyperparams=hyper), 1000, Checkpoints(tmp_path),
                 callback=QATCallback(bits=6, delay_steps=900))  # fmt: skip
     events = EventAccumulator(str(tmp_path / "sb3")).Reload()
     assert {"qat/bits", "qat/active", "rollout/ep_rew_mean", "train/critic_loss"} <= set(

@@ -17,7 +17,7 @@ from rlq.experiments.run_folders import short_path
 from rlq.experiments.tuner_space import SETTING_RANGES
 from rlq.faces.tuner_figures import CURRENT, PLOTLY_MIME, explored_traces, training_figure
 from rlq.faces.widgets import SparsityTuner, TunerSettings, TunerTraining, compress_policy
-from rlq.rl.agents import train_agent
+from rlq.rl.agents import make_model, train_agent
 
 NET = [16, 16]
 
@@ -28,7 +28,7 @@ def agent():
 
     hyper = {"n_steps": 64, "batch_size": 64, "policy_kwargs": {"net_arch": NET}}
     with torch_threads(1):  # tiny networks train fastest on one thread, the more so on a shared machine
-        return train_agent("PPO", "CartPole-v1", 1024, seed=0, n_envs=2, hyperparams=hyper).model
+        return train_agent(make_model("PPO", "CartPole-v1", seed=0, n_envs=2, hyperparams=hyper), 1024).model
 
 
 def _dense_count() -> int:
@@ -260,10 +260,10 @@ def test_train_with_these_settings_writes_a_normal_run_folder_and_draws_its_curv
         seed=0,
         training=TunerTraining(steps=512, runs_dir=tmp_path, reference_curve=reference),
     )
-    tuner.controls["sparsity"].value = 0.6  # auto-evaluation runs too; training is independent of it
+    tuner.controls["sparsity"].value = 0.6  # the setting trained; its auto-evaluation ends first, so that
+    tuner.wait()  # the status line's last word is the training's (the later of two events writes it)
     tuner.start_training()
     folder = tuner.wait_training()
-    tuner.wait()
     assert folder.parent == tmp_path / "sparsity_tuner_train"
     results = json.loads((folder / "results.json").read_text())
     params = json.loads((folder / "params.json").read_text())
@@ -360,7 +360,9 @@ def quick_sac():
     zoo = zoo_hyperparams("SAC", "Pendulum-v1")
     hyper = {**zoo.hyperparams, "policy_kwargs": {"net_arch": [64, 64]}}
     with torch_threads(1):
-        return train_agent("SAC", "Pendulum-v1", 3_000, seed=0, n_envs=zoo.n_envs, hyperparams=hyper).model
+        return train_agent(
+            make_model("SAC", "Pendulum-v1", seed=0, n_envs=zoo.n_envs, hyperparams=hyper), 3_000
+        ).model
 
 
 def test_at_4_bits_two_sparsities_give_different_weights_and_returns(quick_sac, one_thread):

@@ -1,6 +1,6 @@
 """Training progress as small events: written by training code in any process, shown by whoever listens.
 
-Training code (:class:`rlq.rl.training_progress.TrainingProgress` inside every ``train_agent``, and
+Training code (:class:`rlq.rl.training_progress.TrainingProgress` inside every ``Checkpoints``, and
 :func:`rlq.rl.parallel.run_jobs` around each job) calls :func:`emit`. Where an event goes depends on who
 listens:
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -22,13 +21,14 @@ from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoard
 from rlq.core.jsonio import read_json
 from rlq.rl.algorithms import check_algorithm_name
 from rlq.rl.checkpoints import (
-    KEEP_CHECKPOINTS,
     load_newest_checkpoint,
 )
 from rlq.rl.envs import is_atari, make_vec_env
 from rlq.rl.episodes import finished_episodes
 from rlq.rl.seeding import seed_everything
-from rlq.rl.training_progress import training_label
+
+if TYPE_CHECKING:
+    from rlq.rl.resume import Checkpoints
 
 #: Tuned settings from RL Baselines3 Zoo (hyperparams/*.yml) for the pairs rlq's presets use, with
 #: learning-rate schedules replaced by their constants. Anything else starts from SB3's defaults.
@@ -209,55 +209,30 @@ class TrainedAgent:
     checkpoint: Path | None
 
 
-def train_agent(  # noqa: PLR0913
-    algo: str,
-    env_id: str,
+def train_agent(
+    model: Any,
     total_timesteps: int,
-    seed: int = 0,
-    n_envs: int = 1,
-    hyperparams: dict[str, Any] | None = None,
-    run_dir: str | Path | None = None,
-    checkpoint_every: int = 0,
+    checkpoints: Checkpoints | None = None,
     callback: BaseCallback | list[BaseCallback] | None = None,
-    policy: str | None = None,
-    save_model: Callable[[Any, Path], Any] | None = None,
-    load_model: Callable[[type, Path, Any], Any] | None = None,
-    env_kwargs: dict[str, Any] | None = None,
-    keep_checkpoints: int = KEEP_CHECKPOINTS,
 ) -> TrainedAgent:
-    """Return a model trained for ``total_timesteps``, resuming from ``run_dir``'s newest checkpoint if any.
+    """Return ``model`` trained to ``total_timesteps`` steps in all, resuming from ``checkpoints``' newest.
 
-    One ``model.learn`` with ``callback`` followed by a :class:`rlq.rl.resume.Checkpoints` (the callback a
-    notebook's own loop adds), on :func:`make_model`'s fresh model or the newest checkpoint's.
-
-    With a ``run_dir``, checkpoints go to ``run_dir/checkpoints`` every ``checkpoint_every`` timesteps
-    (0: only at the end), the newest ``keep_checkpoints`` of them kept and the replay buffers of the newest
-    two (:mod:`rlq.rl.checkpoints`), and SB3's log to ``run_dir/sb3``: CSV, and TensorBoard events (SB3's ``rollout/``,
-    ``train/`` and ``time/`` keys, and what callbacks record, such as ``compression/ratio``), so
-    ``tensorboard --logdir runs/`` shows every run's curves. ``save_model(model, path)`` and
-    ``load_model(cls, path, env)`` replace SB3's ``model.save`` and ``cls.load(path, env=env)`` (compressed
-    policies need :func:`rlq.sb3.checkpoint.save_compressed` / ``load_compressed``). Callbacks with a
-    ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (rlq's compression schedules) have their
-    state saved with each checkpoint and restored on resume. ``env_kwargs`` go to every env made.
+    ``model`` is the fresh model the training starts from (:func:`make_model`); ``checkpoints`` a
+    :class:`rlq.rl.resume.Checkpoints` (None: one without a folder, which keeps no checkpoint and only
+    records the curve) whose newest checkpoint, when its folder has one, replaces it with its callbacks'
+    states restored. Then one ``model.learn`` with ``callback`` followed by ``checkpoints``: the loop a
+    notebook writes itself, as one call. With a folder, checkpoints go to ``folder/checkpoints`` and SB3's
+    log to ``folder/sb3`` (CSV and TensorBoard events: SB3's ``rollout/``, ``train/`` and ``time/`` keys and
+    what callbacks record, such as ``compression/ratio``), so ``tensorboard --logdir runs/`` shows every run's
+    curves; a compressed policy needs :class:`rlq.sb3.checkpoint.CompressedCheckpoints`.
     """
     from rlq.rl.resume import Checkpoints  # it builds on this module's recorder and logger
 
     if total_timesteps < 1:
         raise ValueError(f"total_timesteps must be >= 1, got {total_timesteps}")
+    checkpoints = Checkpoints(None) if checkpoints is None else checkpoints
     user_callbacks = [] if callback is None else callback if isinstance(callback, list) else [callback]
-    label = training_label(algo, env_id, seed, Path(run_dir) if run_dir is not None else None)
-    checkpoints = Checkpoints(
-        run_dir,
-        checkpoint_every,
-        keep=keep_checkpoints,
-        save_model=save_model,
-        load_model=load_model,
-        label=label,
-    )
-    fresh = make_model(
-        algo, env_id, seed=seed, n_envs=n_envs, hyperparams=hyperparams, policy=policy, env_kwargs=env_kwargs
-    )
-    model = checkpoints.resume(fresh, user_callbacks)
+    model = checkpoints.resume(model, user_callbacks)
     model.learn(
         total_timesteps - model.num_timesteps,
         callback=[*user_callbacks, checkpoints],

@@ -138,7 +138,7 @@ class Checkpointer(BaseCallback):
         super().__init__()
         self.folder, self.every, self.recorder = Path(folder), int(every), recorder
         self.save_model, self.stateful = save_model, dict(stateful or {})
-        self.keep = check_positive_int("keep_checkpoints", keep)
+        self.keep = check_positive_int("keep", keep)
         self._last = 0
 
     def _on_training_start(self) -> None:

@@ -26,9 +26,10 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 from rlq.core import progress
 from rlq.core.jsonio import read_json
+from rlq.core.validation import check_positive_int
 from rlq.rl.agents import EpisodeRecorder, quiet_logger, restore_callback_states, stateful_callbacks
 from rlq.rl.checkpoints import KEEP_CHECKPOINTS, Checkpointer, latest_checkpoint, move_away_advice
-from rlq.rl.training_progress import TrainingProgress, report_already_trained
+from rlq.rl.training_progress import TrainingProgress, model_label, report_already_trained
 
 SaveModel = Callable[[Any, Path], Any]
 LoadModel = Callable[[type, Path, Any], Any]
@@ -42,7 +43,8 @@ class Checkpoints(CallbackList):
     ``keep``: how many of the newest checkpoints stay. ``save_model(model, path)`` and ``load_model(cls,
     path, env)`` replace SB3's ``model.save(path)`` and ``cls.load(path, env=env)`` (a compressed policy needs
     :class:`rlq.sb3.checkpoint.CompressedCheckpoints`'). ``label`` names the training's progress bar outside
-    a job of :func:`rlq.rl.parallel.run_jobs` (default: the folder's name). After training, ``curve`` holds
+    a job of :func:`rlq.rl.parallel.run_jobs` (default: the model's algorithm, environment and seed, and
+    the folder's name where it tells trainings apart: :func:`rlq.rl.training_progress.model_label`). After training, ``curve`` holds
     every finished episode, ``wall_time_s`` the seconds trained over every attempt, ``resumed_from`` the step
     this attempt started at (None for a fresh run) and ``last_checkpoint`` the newest checkpoint's model file.
     """
@@ -61,9 +63,10 @@ class Checkpoints(CallbackList):
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ValueError(f"every must be an int >= 0 (0: a checkpoint at the end only), got {every!r}")
         self.folder = Path(folder) if folder is not None else None
-        self.every, self.keep = every, keep
+        self.every, self.keep = every, check_positive_int("keep", keep)
         self.save_model, self.load_model = save_model, load_model
         self.label = label or (self.folder.name if self.folder is not None else "training")
+        self._named = label is not None  # else resume names the training after its model (model_label)
         self.resumed_from: int | None = None
         self.last_checkpoint: Path | None = None
         self.wall_time_s = 0.0
@@ -92,6 +95,8 @@ class Checkpoints(CallbackList):
         ``checkpoint_key`` is kept in every checkpoint and restored here.
         """
         self._stateful = stateful_callbacks(list(callbacks))
+        if not self._named:
+            self.label = model_label(model, self.folder)
         checkpoint_dir = self.checkpoint_dir
         found = (
             latest_checkpoint(checkpoint_dir)

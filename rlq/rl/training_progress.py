@@ -1,6 +1,6 @@
 """Live training progress from Stable-Baselines3: steps, steps/s and the latest return, as progress events.
 
-:func:`rlq.rl.agents.train_agent` adds a :class:`TrainingProgress` to every training when someone listens
+:class:`rlq.rl.resume.Checkpoints` adds a :class:`TrainingProgress` to every training when someone listens
 (:func:`rlq.core.progress.enabled`): ``rlq run`` in a terminal, or JupyterLab. Inside a job of
 :func:`rlq.rl.parallel.run_jobs` the training reports under its job, so a job is one bar.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
+from pathlib import Path
+from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -99,14 +101,24 @@ def report_already_trained(total_timesteps: int, steps: int, label: str) -> None
     progress.emit("train_end", id=job_id, label=label, status="skipped", steps=steps, total=total_timesteps)
 
 
-def training_label(algo: str, env_id: str, seed: int, run_dir: object = None) -> str:
+def model_label(model: Any, run_dir: Path | None = None) -> str:
+    """Return how a training of the SB3 ``model`` outside a job is named: :func:`training_label` of its
+    algorithm, environment and seed, or the folder's name (else ``"training"``) where its environment has no id."""
+    try:
+        env_id = model.get_env().get_attr("spec", indices=[0])[0].id
+    except AttributeError:  # an environment without a gymnasium spec
+        return run_dir.name if run_dir is not None else "training"
+    return training_label(type(model).__name__, env_id, model.seed, run_dir)
+
+
+def training_label(algo: str, env_id: str, seed: int | None, run_dir: object = None) -> str:
     """Return how a training outside a job is named, e.g. ``"PPO CartPole-v1 seed 0 (qat8)"``.
 
-    The folder it trains in is named when that tells trainings apart: not a run folder itself
-    (``<UTC timestamp>-<id>``), nor one named after the environment.
+    The folder it trains in is named unless it is a run folder itself (``<UTC timestamp>-<id>``), whose
+    name tells trainings of one run apart from nothing.
     """
-    label = f"{algo} {env_id} seed {seed}"
+    label = f"{algo} {env_id}" + (f" seed {seed}" if seed is not None else "")
     name = getattr(run_dir, "name", None) if run_dir is not None else None
-    if name and env_id.replace("/", "_") not in name and not _RUN_FOLDER.match(name):
+    if name and not _RUN_FOLDER.match(name):
         label += f" ({name})"
     return label

@@ -5,7 +5,7 @@ algorithm: per environment a training budget (``n_timesteps``), a number of para
 (``n_envs``), a policy and the algorithm's constructor arguments, written in the zoo's own shorthand
 (``lin_0.001`` for a linear schedule, ``policy_kwargs: "dict(net_arch=[64, 64])"``, ``noise_type`` and
 ``noise_std`` for exploration noise). :func:`zoo_hyperparams` reads one entry and turns it into what
-:func:`rlq.rl.agents.train_agent` takes. The files are read directly (``rl_zoo3`` itself is never imported:
+:func:`rlq.rl.agents.make_model` takes. The files are read directly (``rl_zoo3`` itself is never imported:
 it pulls in much of the zoo's training machinery), so the values are the installed package's, not copies.
 
 Settings rlq cannot honour raise :class:`ZooSettingError` instead of being dropped silently: observation or
@@ -57,7 +57,7 @@ DEFAULT_NOISE_STD = 0.1
 
 @dataclass(frozen=True)
 class ZooSettings:
-    """One entry of rl-zoo3's ``hyperparams/<algo>.yml``, as :func:`rlq.rl.agents.train_agent` takes it."""
+    """One entry of rl-zoo3's ``hyperparams/<algo>.yml``, as :func:`rlq.rl.agents.make_model` takes it."""
 
     algorithm: str
     """The SB3 algorithm name, e.g. ``"DQN"``."""
@@ -136,7 +136,7 @@ def zoo_entry(algorithm: str, env_id: str) -> tuple[dict[str, Any], str]:
 
 
 def zoo_hyperparams(algorithm: str, env_id: str) -> ZooSettings:
-    """Return rl-zoo3's tuned settings and budget for ``algorithm`` on ``env_id``, ready for ``train_agent``.
+    """Return rl-zoo3's tuned settings and budget for ``algorithm`` on ``env_id``, ready for ``make_model``.
 
     The entry is :func:`zoo_entry`'s (which raises for unknown pairs and settings rlq cannot honour).
     """

@@ -39,7 +39,7 @@ module supplies what only SB3 knows, as :class:`rlq.compress.gst.GSTHooks` and l
   event rows are :class:`rlq.sb3.compression_history.CompressionHistory`'s.
 - **Checkpoints.** Each callback has a ``checkpoint_key`` and ``state_dict``/``load_state_dict`` (schedule,
   controller, reward window, history), used by :func:`rlq.sb3.checkpoint.save_compressed` and by
-  :func:`rlq.rl.agents.train_agent`, so an interrupted run resumes where it stopped.
+  :class:`rlq.rl.resume.Checkpoints`, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations

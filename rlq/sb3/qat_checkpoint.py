@@ -8,7 +8,7 @@
   names (``...weight``), which SB3's ``load`` accepts. Loading such a file gives the float model without
   its quantizers; training it again with the same :class:`rlq.sb3.qat_callback.QATCallback` prepares it again at the
   start of ``learn`` and re-enables quantization if the delay has passed. That is what happens when a run of
-  :func:`rlq.rl.agents.train_agent` with checkpoints is interrupted and resumed: nothing is lost but the
+  a training with :class:`rlq.rl.resume.Checkpoints` is interrupted and resumed: nothing is lost but the
   observed activation ranges (``activations=True``), which are re-observed from the next batches.
 - :func:`save_qat` / :func:`load_qat` keep the quantization state itself (bits, axes, whether enabled,
   activation ranges) inside the zip (as ``rlq_qat.json``), so a model loads back exactly as it was saved,
