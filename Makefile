@@ -43,7 +43,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(BIN)/ruff check rlq tests benchmarks
+	$(BIN)/ruff check rlq tests benchmarks notebooks
 	$(BIN)/ruff format --check rlq tests benchmarks
 
 clean-venv:
