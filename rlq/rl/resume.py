@@ -43,10 +43,11 @@ class Checkpoints(CallbackList):
     ``keep``: how many of the newest checkpoints stay. ``save_model(model, path)`` and ``load_model(cls,
     path, env)`` replace SB3's ``model.save(path)`` and ``cls.load(path, env=env)`` (a compressed policy needs
     :class:`rlq.sb3.checkpoint.CompressedCheckpoints`'). ``label`` names the training's progress bar outside
-    a job of :func:`rlq.rl.parallel.run_jobs` (default: the model's algorithm, environment and seed, and
-    the folder's name where it tells trainings apart: :func:`rlq.rl.training_progress.model_label`). After training, ``curve`` holds
-    every finished episode, ``wall_time_s`` the seconds trained over every attempt, ``resumed_from`` the step
-    this attempt started at (None for a fresh run) and ``last_checkpoint`` the newest checkpoint's model file.
+    a job of :func:`rlq.rl.parallel.run_jobs` (default: the model's algorithm, environment and seed, and the
+    folder's name unless it is a run folder: :func:`rlq.rl.training_progress.model_label`). After training,
+    ``curve`` holds every finished episode, ``wall_time_s`` the seconds trained over every attempt,
+    ``resumed_from`` the step this attempt started at (None for a fresh run) and ``last_checkpoint`` the
+    newest checkpoint's model file.
     """
 
     def __init__(

@@ -114,8 +114,8 @@ def model_label(model: Any, run_dir: Path | None = None) -> str:
 def training_label(algo: str, env_id: str, seed: int | None, run_dir: object = None) -> str:
     """Return how a training outside a job is named, e.g. ``"PPO CartPole-v1 seed 0 (qat8)"``.
 
-    The folder it trains in is named unless it is a run folder itself (``<UTC timestamp>-<id>``), whose
-    name tells trainings of one run apart from nothing.
+    The folder it trains in is named unless it is a run folder itself (``<UTC timestamp>-<id>``), a name
+    that says nothing of the training.
     """
     label = f"{algo} {env_id}" + (f" seed {seed}" if seed is not None else "")
     name = getattr(run_dir, "name", None) if run_dir is not None else None
