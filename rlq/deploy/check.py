@@ -28,7 +28,7 @@ import torch
 
 from rlq.deploy.bounds import FP32_RTOL, SAME_CODES_RTOL, error_bound, parity
 from rlq.deploy.c_build import load_c_policy
-from rlq.deploy.export import acting_module, exported_policy, load_policy_source
+from rlq.deploy.export import acting_module, exported_policy, load_policy_source, takes_action_space
 from rlq.deploy.export_c import CExport
 from rlq.deploy.reader import read_policy
 
@@ -127,7 +127,7 @@ def check_export(
     ``observations``: finite, ``(n, obs_dim)``, as the network's first layer takes them.
     """
     policy = load_policy_source(source)
-    compiled = exported_policy(policy, precision, action_space, calibration)  # refuses a mismatched space
+    takes_action_space(policy, action_space)  # refuses an actor without its space, an SB3 model given one
     obs = check_observations(observations, read_policy(policy)[0][0].n_in)
     run = _run(export, policy, action_space, obs, precision)
     if precision == "fp32":
@@ -139,6 +139,7 @@ def check_export(
         return ExportCheck(
             [run.compare(run.pytorch_name, run.pytorch, None, "ONNX Runtime's int8")], len(obs)
         )
+    compiled = exported_policy(policy, precision, action_space, calibration)
     same = compiled(obs).reshape(run.pytorch.shape)
     if run.discrete:
         top2 = np.sort(compiled.outputs(obs), axis=1)[:, -2:]

@@ -147,7 +147,7 @@ def output_for_action_space(network: nn.Sequential, action_space: Any) -> Output
     return OutputSpec("continuous", *arrays)
 
 
-def _takes_action_space(policy: Any, action_space: Any) -> bool:
+def takes_action_space(policy: Any, action_space: Any) -> bool:
     """Return whether ``policy`` is an ``nn.Module`` actor given its ``action_space``; raise for a mismatch.
 
     An SB3 model (or policy) brings its own action space, so ``action_space`` must be None; an actor without
@@ -189,7 +189,7 @@ def exported_policy(
     C's plain loops); an ``nn.Sequential`` actor: the same, with its ``action_space``'s post-processing after.
     ``calibration``: observations as the network takes them, for the first layer's input scaling.
     """
-    if _takes_action_space(policy, action_space):
+    if takes_action_space(policy, action_space):
         return _compiled_with_actions(policy, action_space, precision, calibration)
     return compile_policy(policy, precision, calibration=calibration, use_kernels=False)
 
@@ -249,7 +249,7 @@ def export_policy(
             policy, precision, action_space, network_inputs(calibration, vec_normalize)
         )
         return write_c(compiled, out, name=name, vec_normalize=vec_normalize)
-    _takes_action_space(policy, action_space)  # refuses an actor without its space, an SB3 model given one
+    takes_action_space(policy, action_space)  # refuses an actor without its space, an SB3 model given one
     if vec_normalize is not None:
         raise ValueError("ONNX export does not take a VecNormalize; normalise observations before the model")
     return _write_onnx(policy, out, name, precision, calibration, action_space)
