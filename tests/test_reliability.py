@@ -310,6 +310,59 @@ def test_sigterm_and_sighup_stop_a_run_like_ctrl_c(tmp_path, signum):
     assert "[IPKernelApp]" in (run_dir / "kernel.log").read_text()
 
 
+# ---- kernels started side by side
+
+
+def test_each_run_kernel_talks_over_socket_files_of_its_own_and_removes_them(tmp_path, monkeypatch):
+    """Two kernels started at once by two processes cannot take the same TCP port: each has its own sockets."""
+    import asyncio
+    import tempfile
+
+    from rlq.experiments.kernel_log import RunKernelManager
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    async def start_ask_and_stop() -> tuple[dict, list[str], str]:
+        manager = RunKernelManager(kernel_name="python3")
+        await manager.start_kernel()
+        client = manager.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            reply = await client.execute_interactive("print(6 * 7)", timeout=60, output_hook=outputs.append)
+            sockets = sorted(p.name for p in Path(manager.ip).parent.iterdir())
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel(now=True)
+        return manager.get_connection_info(), sockets, reply["content"]["status"]
+
+    outputs: list[dict] = []
+    info, sockets, status = asyncio.run(start_ask_and_stop())
+    printed = [m["content"]["text"] for m in outputs if m["msg_type"] == "stream"]
+    assert status == "ok" and printed == ["42\n"]
+    folder = Path(info["ip"]).parent
+    assert info["transport"] == "ipc" and folder.parent == tmp_path and folder.name.startswith("rlq-kernel-")
+    ports = [info[f"{name}_port"] for name in ("shell", "iopub", "stdin", "control", "hb")]
+    assert sockets == sorted(f"k-{port}" for port in ports)
+    assert not folder.exists()  # removed with the kernel
+    first, second = RunKernelManager(), RunKernelManager()
+    assert first.ip != second.ip  # never the same path, whichever process makes them
+
+
+def test_a_temporary_folder_too_long_for_a_socket_path_keeps_tcp(tmp_path, monkeypatch):
+    import tempfile
+
+    from rlq.experiments.kernel_log import MAX_SOCKET_PATH, RunKernelManager
+
+    deep = tmp_path / ("d" * (MAX_SOCKET_PATH - len(str(tmp_path))))
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    manager = RunKernelManager()
+    assert manager.transport == "tcp" and manager.ip == "127.0.0.1"
+    assert list(deep.iterdir()) == []  # the unused folder is not left behind
+    assert RunKernelManager(transport="tcp").transport == "tcp"  # an explicit choice is kept
+
+
 # ---- damaged files
 
 

@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli
+from rlq.core.jsonio import read_json
 from rlq.experiments.registry import ExperimentError, get_experiment
+from rlq.experiments.run_folders import RESULTS_FILE
 from rlq.experiments.sweeps import (
     SEEDS_FILE,
     SUMMARY_FILE,
@@ -175,7 +177,9 @@ def test_a_sweep_on_ray_writes_every_point_and_leaves_no_ray_behind(tiny_noteboo
     monkeypatch.chdir(tmp_path)
     path = create_sweep("tiny", ["x=1,2", "scale=1.0,2.0"], out=tmp_path / "out")
     sweep = resume_sweep(path, executor="ray", max_parallel=2)
-    assert [p["status"] for p in sweep["points"]] == ["ok"] * 4 and not ray.is_initialized()
+    errors = [read_json(path / p["run"] / RESULTS_FILE).get("error") for p in sweep["points"]]
+    assert [p["status"] for p in sweep["points"]] == ["ok"] * 4, errors
+    assert not ray.is_initialized()
     assert len(list(path.glob("tiny/*/results.json"))) == 4
     assert pd.read_csv(path / SUMMARY_FILE)["total"].tolist() == [1.0, 2.0, 2.0, 4.0]
     assert sorted(p.name for p in tmp_path.iterdir()) == [

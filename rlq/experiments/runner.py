@@ -102,7 +102,7 @@ def execute(
     """
     import papermill as pm
 
-    from rlq.experiments.kernel_log import LoggedKernelManager
+    from rlq.experiments.kernel_log import RunKernelManager
 
     path = Path(path).resolve()
     _begin(path, experiment, params, preset)
@@ -122,7 +122,7 @@ def execute(
                 progress_bar=progress and _on_terminal(),  # papermill's cell counter is noise in a log
                 log_output=log_output,
                 request_save_on_cell_execute=True,
-                kernel_manager_class=LoggedKernelManager,  # the kernel's stderr into kernel.log
+                kernel_manager_class=RunKernelManager,  # stderr into kernel.log, sockets no other kernel takes
             )
     except KeyboardInterrupt:
         status, error = (
