@@ -222,10 +222,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     if args.figures:
         from rlq.experiments.paths import repo_root
-        from rlq.faces.static_figures import render_claims_figures, render_committed_figures
+        from rlq.faces.static_figures import (
+            render_claims_figures,
+            render_committed_figures,
+            render_confirmatory_figure,
+        )
 
         written = render_committed_figures()
         written += render_claims_figures(repo_root() / "docs" / "figures")
+        written += render_confirmatory_figure(repo_root() / "docs" / "figures")
         for png in written:
             print(png)
     formats = ("html", "md") if args.format == "md" else ("html",)
@@ -338,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--figures",
         action="store_true",
         help="first render each committed run's headline figures to data/results/<experiment>/<preset>/*.png "
-        "and each claim family's forest plot (committed results only) to docs/figures/ (needs kaleido and Chromium)",
+        "and, to docs/figures/, each claim family's forest plot (committed results only) and the values behind "
+        "each confirmatory verdict (needs kaleido and Chromium)",
     )
     p.set_defaults(func=_cmd_report)
     return parser

@@ -7,7 +7,11 @@ decide a verdict here; exploratory results are reported apart (:mod:`rlq.faces.r
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
 
 from rlq.claims import confirmatory_statistics as cs
 from rlq.claims.campaign import (
@@ -18,10 +22,11 @@ from rlq.claims.campaign import (
     claim_outcomes,
     expected_minutes,
     jobs_left,
+    published_dir,
     results_root,
     spec_history,
 )
-from rlq.claims.design import RegisteredClaim
+from rlq.claims.design import Outcome, RegisteredClaim, per_seed_values
 from rlq.experiments.paths import repo_root
 
 HEADER = "| Claim | Paper | Registered test | Seeds done | Ours [one-sided 95% bounds] | Verdict |"
@@ -109,3 +114,28 @@ def confirmatory_markdown(root: Path | None = None) -> str:
             f"| {claim.label} | {claim.paper_claim} | {_test(claim)} | {done} | {ours} | {verdict} |"
         )
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DecidedClaim:
+    """A registered claim its t bounds decided, with the per-seed (or per-pair) values behind them."""
+
+    claim: RegisteredClaim
+    outcome: Outcome
+    values: np.ndarray
+
+
+def decided_claims(root: Path | None = None) -> list[DecidedClaim]:
+    """Return, in the design's order, every claim of the checkout ``root`` that its published confirmatory runs
+    decided by the one-sided t bounds (holds, does not hold, inconclusive), with its per-seed values."""
+    root = root or repo_root()
+    state = campaign_state(root)
+    outcomes = claim_outcomes(state, results_root(root))
+    decided = []
+    for claim in state.claims:
+        got = outcomes[claim.id]
+        if got.bounds is None or claim.statistic == "joint":
+            continue
+        table = pd.read_csv(published_dir(claim, results_root(root)) / claim.table)
+        decided.append(DecidedClaim(claim, got, per_seed_values(claim, table)))
+    return decided

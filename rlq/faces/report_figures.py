@@ -6,7 +6,7 @@ drop in % and its bit widths) gets one panel per unit in the same figure.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -14,6 +14,9 @@ from plotly.subplots import make_subplots
 
 from rlq.analysis.shared_figures import TEMPLATE
 from rlq.faces.report_text import interval, paper_text, sig
+
+if TYPE_CHECKING:
+    from rlq.faces.report_confirmatory import DecidedClaim
 
 COLOURS = {
     "holds": "#1a7f37",
@@ -200,3 +203,67 @@ def family_figures(table: pd.DataFrame) -> list[tuple[str, go.Figure]]:
     """Return (family, forest plot) for every claim family with a measured number, in the table's order."""
     rows = plotted_rows(table)
     return [(family, family_figure(part, family)) for family, part in rows.groupby("family", sort=False)]
+
+
+CONFIRMATORY_ROW_HEIGHT = 100
+
+
+def confirmatory_figure(decided: list[DecidedClaim]) -> go.Figure:
+    """Return the evidence behind each confirmatory verdict: a panel per claim, in the claim's own unit.
+
+    Grey dots are the per-seed (or per-pair) values, the diamond their mean, coloured by the verdict, with a
+    bar to its one-sided 95% t bound on the side the test reads (the lower bound for "at least"), and the
+    dashed line the registered threshold.
+    """
+    fig = make_subplots(
+        rows=max(len(decided), 1),
+        cols=1,
+        subplot_titles=[
+            f"{d.claim.label}: <b>{d.outcome.outcome}</b> (n = {d.outcome.n}; {_unit_title(d.claim.unit)}, "
+            f"threshold {d.claim.threshold:g})"
+            for d in decided
+        ],
+        vertical_spacing=0.45 / max(len(decided), 1),
+    )
+    for row, d in enumerate(decided, start=1):
+        b, claim = d.outcome.bounds, d.claim
+        bound = b.lower if claim.direction == ">=" else b.upper
+        fig.add_trace(
+            go.Scatter(
+                x=d.values, y=[0.0] * len(d.values), mode="markers", name="per seed",
+                legendgroup="per seed",
+                marker=dict(color="rgba(110, 119, 129, 0.55)", size=10, line=dict(width=1, color="white")),
+                hovertemplate="%{x:.4g}<extra>one seed</extra>",
+            ),
+            row=row, col=1,
+        )  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=[b.mean], y=[0.0], mode="markers", name=d.outcome.outcome, legendgroup=d.outcome.outcome,
+                marker=dict(symbol="diamond", size=14, color=COLOURS.get(d.outcome.outcome, PAPER_LINE)),
+                error_x=dict(
+                    type="data", symmetric=False, array=[max(bound - b.mean, 0.0)],
+                    arrayminus=[max(b.mean - bound, 0.0)], thickness=2, width=0,
+                ),
+                hovertemplate=f"mean %{{x:.4g}}, one-sided bound {bound:.4g}<extra></extra>",
+            ),
+            row=row, col=1,
+        )  # fmt: skip
+        fig.add_vline(x=claim.threshold, line=dict(color="#24292f", dash="dash", width=1.5), row=row, col=1)
+        fig.update_yaxes(visible=False, range=[-1, 1], row=row, col=1)
+        low, high = min(*d.values, bound, claim.threshold), max(*d.values, bound, claim.threshold)
+        pad = 0.06 * (high - low or 1.0)
+        fig.update_xaxes(range=[low - pad, high + pad], row=row, col=1)
+    seen: set[str] = set()
+    for trace in fig.data:  # one legend entry per verdict
+        trace.showlegend = trace.legendgroup not in seen
+        seen.add(trace.legendgroup)
+    fig.update_layout(
+        title=dict(text="Confirmatory verdicts: the values behind each", x=0),
+        template=TEMPLATE,
+        height=CONFIRMATORY_ROW_HEIGHT * max(len(decided), 1) + 110,
+        margin=dict(l=20, r=20, t=90, b=40),
+        legend=dict(orientation="h", yanchor="top", y=0.99, yref="container", xanchor="right", x=1),
+        hovermode="closest",
+    )
+    return fig

@@ -393,6 +393,19 @@ def claims_figures(results_dir: str | Path | None = None) -> Figures:
     ]
 
 
+CONFIRMATORY_PNG = "confirmatory.png"
+
+
+def render_confirmatory_figure(out_dir: str | Path, root: Path | None = None) -> list[Path]:
+    """Return the PNG written: the values behind each confirmatory verdict of the checkout ``root`` (default
+    this one), as ``out_dir/confirmatory.png``, at its own height."""
+    from rlq.faces.report_confirmatory import decided_claims
+    from rlq.faces.report_figures import confirmatory_figure
+
+    figure = confirmatory_figure(decided_claims(root))
+    return write_pngs([(Path(out_dir) / CONFIRMATORY_PNG, figure, int(figure.layout.height))])
+
+
 def render_claims_figures(out_dir: str | Path, results_dir: str | Path | None = None) -> list[Path]:
     """Return the PNGs written: each claim family's forest plot as ``out_dir/claims_<family>.png``, at its own height."""
     out_dir = Path(out_dir)
