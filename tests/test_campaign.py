@@ -117,6 +117,16 @@ def test_a_deadline_leaves_the_jobs_that_would_end_after_it_unstarted(checkout):
     assert {j["commit"] for j in record["jobs"]} == {record["registered_commit"]}
 
 
+def test_a_campaign_with_every_job_published_says_so_and_starts_nothing(checkout):
+    root = checkout()
+    count, said = campaign(root, hours=0.05)
+    assert count == 10 and len(published(root)) == 10
+    done = "every registered job is published: nothing left to run (`rlq campaign status` gives the verdicts)"
+    assert said[-1] == done
+    again, said = campaign(root, hours=0.05)
+    assert again == 0 and said == [done] and len(published(root)) == 10
+
+
 def test_each_job_trains_under_the_registered_commit_in_its_own_worktree(checkout):
     root = checkout()
     campaign(root, hours=0.05)

@@ -519,5 +519,9 @@ def run_campaign(
         ]
         batch.start(state, elsewhere)
         if not batch.running and not elsewhere:
+            if not jobs_left(state, results_root(root))[0]:
+                say(
+                    "every registered job is published: nothing left to run (`rlq campaign status` gives the verdicts)"
+                )
             return published
         time.sleep(poll)
