@@ -240,3 +240,15 @@ def test_the_wall_time_check_flags_columns_rows_and_prose_but_not_commands_or_ru
     assert not stated_wall_times(
         "`quick` runs in well under a minute; `medium` takes tens of minutes.", presets
     )
+
+
+def test_the_results_page_names_every_confirmatory_folder_and_no_other():
+    results = ROOT / "data" / "results"
+    folders = {p.parent.relative_to(results).as_posix() for p in results.glob("*/confirmatory*/results.json")}
+    page = (ROOT / "docs" / "results.md").read_text()
+    named = set()
+    for experiment, first, more in re.findall(
+        r"`(\w+)/(confirmatory\w*)`((?: and `confirmatory\w*`)*)", page
+    ):
+        named |= {f"{experiment}/{name}" for name in [first, *re.findall(r"`(confirmatory\w*)`", more)]}
+    assert folders and named == folders
