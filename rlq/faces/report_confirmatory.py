@@ -134,7 +134,7 @@ def decided_claims(root: Path | None = None) -> list[DecidedClaim]:
     decided = []
     for claim in state.claims:
         got = outcomes[claim.id]
-        if got.bounds is None or claim.statistic == "joint":
+        if got.bounds is None:  # not decided by its bounds (a joint claim has none of its own)
             continue
         table = pd.read_csv(published_dir(claim, results_root(root)) / claim.table)
         decided.append(DecidedClaim(claim, got, per_seed_values(claim, table)))
