@@ -270,6 +270,8 @@ class Outcome:
     n: int
     """Per-seed values (or pairs) behind it."""
     bounds: cs.OneSidedBounds | None = None
+    values: tuple[float, ...] = ()
+    """The per-seed values (or pairs) its bounds were computed from, where the bounds decided it."""
 
 
 def _at(values: pd.Series, level: float | None) -> bool:
@@ -321,7 +323,7 @@ def judge(
     reason = f"{bounds.mean:.3g} [{bounds.lower:.3g}, {bounds.upper:.3g}] against {claim.threshold:g}"
     if verdict == "inconclusive" and claim.power() is not None:
         reason += f"; registered power {claim.power():.2f}"
-    return Outcome(verdict, reason, len(values), bounds)
+    return Outcome(verdict, reason, len(values), bounds, tuple(float(v) for v in values))
 
 
 def judge_joint(claim: RegisteredClaim, parts: list[Outcome]) -> Outcome:

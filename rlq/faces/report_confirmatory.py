@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from rlq.claims import confirmatory_statistics as cs
 from rlq.claims.campaign import (
@@ -22,11 +21,10 @@ from rlq.claims.campaign import (
     claim_outcomes,
     expected_minutes,
     jobs_left,
-    published_dir,
     results_root,
     spec_history,
 )
-from rlq.claims.design import Outcome, RegisteredClaim, per_seed_values
+from rlq.claims.design import Outcome, RegisteredClaim
 from rlq.experiments.paths import repo_root
 
 HEADER = "| Claim | Paper | Registered test | Seeds done | Ours [one-sided 95% bounds] | Verdict |"
@@ -118,11 +116,15 @@ def confirmatory_markdown(root: Path | None = None) -> str:
 
 @dataclass(frozen=True)
 class DecidedClaim:
-    """A registered claim its t bounds decided, with the per-seed (or per-pair) values behind them."""
+    """A registered claim its t bounds decided, with its outcome."""
 
     claim: RegisteredClaim
     outcome: Outcome
-    values: np.ndarray
+
+    @property
+    def values(self) -> np.ndarray:
+        """The per-seed (or per-pair) values behind the bounds."""
+        return np.asarray(self.outcome.values, dtype=float)
 
 
 def decided_claims(root: Path | None = None) -> list[DecidedClaim]:
@@ -131,11 +133,5 @@ def decided_claims(root: Path | None = None) -> list[DecidedClaim]:
     root = root or repo_root()
     state = campaign_state(root)
     outcomes = claim_outcomes(state, results_root(root))
-    decided = []
-    for claim in state.claims:
-        got = outcomes[claim.id]
-        if got.bounds is None:  # not decided by its bounds (a joint claim has none of its own)
-            continue
-        table = pd.read_csv(published_dir(claim, results_root(root)) / claim.table)
-        decided.append(DecidedClaim(claim, got, per_seed_values(claim, table)))
-    return decided
+    # a claim not decided by its bounds has none (a joint claim has none of its own)
+    return [DecidedClaim(c, outcomes[c.id]) for c in state.claims if outcomes[c.id].bounds is not None]
